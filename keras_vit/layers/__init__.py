@@ -1,0 +1,8 @@
+"""The three layers of ViT: `Patches`, `PatchEncoder`, `TransformerBlock`, plus `SequencePooling`."""
+
+from keras_vit.layers.patch_encoder import PatchEncoder
+from keras_vit.layers.patches import Patches
+from keras_vit.layers.sequence_pooling import SequencePooling
+from keras_vit.layers.transformer_block import TransformerBlock
+
+__all__ = ["Patches", "PatchEncoder", "SequencePooling", "TransformerBlock"]

@@ -1,0 +1,95 @@
+"""Cut images into non-overlapping square patches (ViT paper, Sec. 3.1)."""
+
+import keras
+from keras import ops
+
+from keras_vit._validation import check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class Patches(keras.layers.Layer):
+    """Cuts images into non-overlapping `patch_size` x `patch_size` patches.
+
+    Computes the sequence of flattened patches x_p of the ViT paper
+    (arXiv:2010.11929, Sec. 3.1): an image of shape (H, W, C) becomes
+    N = H * W / P^2 vectors of length P^2 * C. Patches come in row-major
+    order (left to right, then top to bottom) and each patch is flattened in
+    (row, column, channel) order, the order in which a (P, P, C, D) HWIO
+    convolution kernel of the reference implementation flattens, so a
+    strided "embedding" convolution equals `Patches` followed by a Dense
+    layer with that kernel reshaped to (P * P * C, D).
+
+    Built from one reshape, a rank-4 transpose and one reshape, never from
+    `tf.image.extract_patches` (whose gradient fails under XLA and which
+    TFLite and tf2onnx cannot convert). The batch dimension may be unknown.
+
+    Args:
+        patch_size: int >= 1, the patch side P in pixels.
+        **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
+
+    Input shape:
+        `(batch, height, width, channels)`, any float or integer dtype;
+        height and width divisible by `patch_size`. Values are passed
+        through unchanged (no scaling): pixels in [0, 255] stay in
+        [0, 255].
+
+    Output shape:
+        `(batch, num_patches, patch_size * patch_size * channels)` with
+        `num_patches = (height // patch_size) * (width // patch_size)`, in
+        the layer's compute dtype (float32, or bfloat16/float16 under a
+        mixed precision policy).
+
+    Raises:
+        ValueError: `patch_size` is not a positive int; the input is not
+            rank 4; height or width is not divisible by `patch_size` or is
+            smaller than it.
+
+    Example:
+
+    >>> import numpy as np
+    >>> patches = Patches(patch_size=4)
+    >>> patches(np.zeros((2, 8, 12, 3), "uint8")).shape
+    TensorShape([2, 6, 48])
+    """
+
+    def __init__(self, patch_size, **kwargs):
+        super().__init__(**kwargs)
+        check_positive_int("patch_size", patch_size)
+        self.patch_size = patch_size
+
+    def build(self, input_shape):
+        if len(input_shape) != 4:
+            raise ValueError(
+                "Patches expects images of shape (batch, height, width, channels). "
+                f"Received: input_shape={tuple(input_shape)}"
+            )
+        for axis, size in (("height", input_shape[1]), ("width", input_shape[2])):
+            if size is not None and (size < self.patch_size or size % self.patch_size):
+                raise ValueError(
+                    f"Image {axis} must be a multiple of patch_size={self.patch_size} "
+                    f"(and at least that large). Received: input_shape={tuple(input_shape)}"
+                )
+        self.input_spec = keras.layers.InputSpec(ndim=4, axes={-1: input_shape[-1]})
+
+    def call(self, inputs):
+        x = ops.cast(inputs, self.compute_dtype)
+        p = self.patch_size
+        _, height, width, channels = ops.shape(x)
+        grid_h, grid_w = height // p, width // p
+        # (B, H, W, C) -> (B*gh, P, gw, P*C): the rows of one patch row.
+        x = ops.reshape(x, (-1, p, grid_w, p * channels))
+        # -> (B*gh, gw, P, P*C): each patch's pixels together, (row, col, channel).
+        x = ops.transpose(x, (0, 2, 1, 3))
+        return ops.reshape(x, (-1, grid_h * grid_w, p * p * channels))
+
+    def compute_output_shape(self, input_shape):
+        batch, height, width, channels = input_shape
+        p = self.patch_size
+        num_patches = None if height is None or width is None else (height // p) * (width // p)
+        patch_dim = None if channels is None else p * p * channels
+        return (batch, num_patches, patch_dim)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"patch_size": self.patch_size})
+        return config

@@ -1,0 +1,68 @@
+"""Reduce the encoder's token sequence to one vector per image."""
+
+import keras
+from keras import ops
+
+from keras_vit._validation import check_choice
+
+POOLING_MODES = ("token", "avg", "max")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class SequencePooling(keras.layers.Layer):
+    """Pools `(batch, seq_len, hidden_size)` tokens into `(batch, hidden_size)`.
+
+    `"token"` takes the class token's final state (paper Eq. 4: y = LN(z_L^0);
+    the LayerNorm is the model's `encoder_norm`). `"avg"` is global average
+    pooling over the patch tokens, the reference code's `classifier="gap"`;
+    `"max"` is global max pooling over them. The class token, when present,
+    is excluded from `"avg"` and `"max"` (as in timm's `global_pool="avg"`).
+
+    Args:
+        mode: "token", "avg" or "max".
+        class_token: bool, default True. Whether position 0 of the sequence
+            is a class token. `mode="token"` needs one.
+        **kwargs: standard `keras.layers.Layer` arguments.
+
+    Input shape:
+        `(batch, seq_len, hidden_size)`, float.
+
+    Output shape:
+        `(batch, hidden_size)`, same dtype as the input.
+
+    Raises:
+        ValueError: unknown `mode`; `mode="token"` with `class_token=False`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.arange(12, dtype="float32").reshape(1, 3, 4)
+    >>> SequencePooling("avg")(x).numpy().tolist()
+    [[6.0, 7.0, 8.0, 9.0]]
+    """
+
+    def __init__(self, mode, class_token=True, **kwargs):
+        super().__init__(**kwargs)
+        check_choice("mode", mode, POOLING_MODES)
+        if mode == "token" and not class_token:
+            raise ValueError(
+                "SequencePooling(mode='token') needs a class token. Received: class_token=False"
+            )
+        self.mode = mode
+        self.class_token = bool(class_token)
+
+    def call(self, inputs):
+        if self.mode == "token":
+            return inputs[:, 0]
+        tokens = inputs[:, 1:] if self.class_token else inputs
+        if self.mode == "avg":
+            return ops.mean(tokens, axis=1)
+        return ops.max(tokens, axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"mode": self.mode, "class_token": self.class_token})
+        return config
