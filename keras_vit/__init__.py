@@ -1,0 +1,34 @@
+"""keras_vit: the Vision Transformer (arXiv:2010.11929) for Keras 3."""
+
+from keras_vit import layers
+from keras_vit.models import (
+    VisionTransformer,
+    ViTB8,
+    ViTB16,
+    ViTB32,
+    ViTH14,
+    ViTL16,
+    ViTL32,
+    ViTS16,
+    ViTS32,
+    ViTTi16,
+)
+from keras_vit.preprocessing import decode_predictions, preprocess_input
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "layers",
+    "VisionTransformer",
+    "ViTTi16",
+    "ViTS16",
+    "ViTS32",
+    "ViTB8",
+    "ViTB16",
+    "ViTB32",
+    "ViTL16",
+    "ViTL32",
+    "ViTH14",
+    "preprocess_input",
+    "decode_predictions",
+]

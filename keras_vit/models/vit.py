@@ -1,0 +1,279 @@
+"""The one generic functional ViT builder (ViT paper, Sec. 3.1 and 3.2)."""
+
+import os
+
+import keras
+import numpy as np
+
+from keras_vit._validation import check_bool, check_choice, check_positive_int, check_rate
+from keras_vit.layers import Patches, PatchEncoder, SequencePooling, TransformerBlock
+
+CLASSIFIERS = ("token", "gap")
+POOLINGS = (None, "token", "avg", "max")
+PRETRAINED_NAMES = ("imagenet", "imagenet21k")
+DEFAULT_INPUT_SHAPE = (224, 224, 3)
+
+
+def VisionTransformer(
+    patch_size=16,
+    hidden_size=768,
+    num_layers=12,
+    num_heads=12,
+    mlp_dim=3072,
+    representation_size=None,
+    classifier="token",
+    class_token=None,
+    dropout_rate=0.0,
+    attention_dropout_rate=0.0,
+    stochastic_depth_rate=0.0,
+    layer_norm_epsilon=1e-6,
+    approximate_gelu=False,
+    include_top=True,
+    weights=None,
+    input_tensor=None,
+    input_shape=None,
+    pooling=None,
+    classes=1000,
+    classifier_activation="softmax",
+    name="vision_transformer",
+):
+    """Builds a Vision Transformer as a functional `keras.Model`.
+
+    The architecture of "An Image is Worth 16x16 Words" (Dosovitskiy et al.,
+    ICLR 2021, arXiv:2010.11929), Sec. 3.1, as in the reference
+    `VisionTransformer` (google-research/vision_transformer, `models_vit.py`):
+
+        patches -> patch_encoder (Eq. 1) -> transformer_block_0..L-1
+        (Eq. 2-3) -> encoder_norm (Eq. 4) -> pooling -> [pre_logits] ->
+        predictions
+
+    The head `predictions` is a zero-initialised Dense layer (paper Sec. 3.2,
+    fine-tuning); `pre_logits` is Dense + tanh of width `representation_size`
+    (the pre-training head of the reference code). Stochastic depth grows
+    linearly from 0 at the first block to `stochastic_depth_rate` at the last
+    (the rule of DeiT and timm). Layer names are a contract for weight
+    conversion and export: `patches`, `patch_encoder`, `transformer_block_{i}`,
+    `encoder_norm`, `pooling`, `pre_logits`, `predictions`.
+
+    Args:
+        patch_size: int >= 1, patch side P in pixels; must divide the image
+            height and width.
+        hidden_size: int >= 1, token width D (Table 1 "Hidden size").
+        num_layers: int >= 1, number of encoder blocks L (Table 1 "Layers").
+        num_heads: int >= 1, attention heads; must divide `hidden_size`.
+        mlp_dim: int >= 1, MLP width (Table 1 "MLP size").
+        representation_size: None or int >= 1. Width of the `pre_logits`
+            Dense + tanh layer before the head; None leaves it out.
+        classifier: "token" (class token, default) or "gap" (global average
+            pooling of the patch tokens).
+        class_token: None (default: True for "token", False for "gap") or a
+            bool. "token" needs a class token.
+        dropout_rate: float in [0, 1), default 0.
+        attention_dropout_rate: float in [0, 1), default 0.
+        stochastic_depth_rate: float in [0, 1), default 0.
+        layer_norm_epsilon: float > 0, default 1e-6 (the reference value).
+        approximate_gelu: bool, default False (exact GELU); True uses the
+            tanh approximation of the original JAX ViT.
+        include_top: bool, default True. Whether to include the head.
+        weights: None (random initialisation) or the path of a Keras
+            `.weights.h5` file saved from a model of the same configuration.
+            Pretrained checkpoint names ("imagenet", "imagenet21k") are not
+            available yet and raise ValueError.
+        input_tensor: optional Keras tensor (output of `keras.Input`) or
+            tensor to use as image input.
+        input_shape: optional (height, width, channels) tuple of ints,
+            default (224, 224, 3). Height and width must be known.
+        pooling: with `include_top=False`: None (output the whole sequence),
+            "token" (class token state), "avg" or "max" over the patch tokens.
+            Ignored when `include_top=True`, where `classifier` decides.
+        classes: int >= 1, number of classes of the head, default 1000.
+        classifier_activation: activation of the head: None or "linear" for
+            logits, "softmax" (default), any other name `keras.activations.get`
+            knows, or a callable.
+        name: model name.
+
+    Input:
+        `(batch, height, width, channels)` images, float32 (integer data is
+        cast), scaled to [-1, 1] by `keras_vit.preprocess_input`, which is
+        what the published ViT checkpoints expect.
+
+    Output:
+        `include_top=True`: `(batch, classes)` float32 (probabilities with
+        softmax, logits with None), float32 even under mixed precision.
+        `include_top=False`: `(batch, seq_len, hidden_size)` for
+        `pooling=None`, `(batch, hidden_size)` otherwise, in the compute dtype.
+        seq_len = (height / patch_size) * (width / patch_size) + class token.
+
+    Raises:
+        ValueError: for any argument outside the ranges above, naming it and
+            the value received, before any TensorFlow op runs: a patch size
+            larger than the image or not dividing it, `hidden_size` not
+            divisible by `num_heads`, an unknown `classifier`, `pooling` or
+            `classifier_activation`, `classifier="token"` without a class
+            token, `input_tensor` and `input_shape` disagreeing, dropout rates
+            outside [0, 1), a weights value other than None or a weights file.
+
+    Example:
+
+    >>> model = VisionTransformer(patch_size=4, hidden_size=32, num_layers=2,
+    ...     num_heads=4, mlp_dim=64, input_shape=(32, 32, 3), classes=10)
+    >>> model.output_shape
+    (None, 10)
+    """
+    for arg, value in (
+        ("patch_size", patch_size),
+        ("hidden_size", hidden_size),
+        ("num_layers", num_layers),
+        ("num_heads", num_heads),
+        ("mlp_dim", mlp_dim),
+        ("classes", classes),
+    ):
+        check_positive_int(arg, value)
+    if representation_size is not None:
+        check_positive_int("representation_size", representation_size)
+    if hidden_size % num_heads:
+        raise ValueError(
+            "`hidden_size` must be divisible by `num_heads`. "
+            f"Received: hidden_size={hidden_size}, num_heads={num_heads}"
+        )
+    check_choice("classifier", classifier, CLASSIFIERS)
+    if class_token is None:
+        class_token = classifier == "token"
+    check_bool("class_token", class_token)
+    if classifier == "token" and not class_token:
+        raise ValueError(
+            "`classifier='token'` needs a class token. Received: class_token=False "
+            "(use classifier='gap' for a model without one)"
+        )
+    check_choice("pooling", pooling, POOLINGS)
+    if pooling == "token" and not class_token:
+        raise ValueError("`pooling='token'` needs a class token. Received: class_token=False")
+    _check_activation(classifier_activation)
+    for arg, value in (
+        ("dropout_rate", dropout_rate),
+        ("attention_dropout_rate", attention_dropout_rate),
+        ("stochastic_depth_rate", stochastic_depth_rate),
+    ):
+        check_rate(arg, value)
+    check_bool("include_top", include_top)
+    check_bool("approximate_gelu", approximate_gelu)
+    _check_weights(weights)
+    input_shape = _resolve_input_shape(input_shape, input_tensor, patch_size)
+
+    if input_tensor is None:
+        image_input = keras.Input(shape=input_shape, name="images")
+    elif keras.backend.is_keras_tensor(input_tensor):
+        image_input = input_tensor
+    else:
+        image_input = keras.Input(tensor=input_tensor, shape=input_shape, name="images")
+
+    x = Patches(patch_size, name="patches")(image_input)
+    x = PatchEncoder(hidden_size, class_token=class_token, dropout_rate=dropout_rate, name="patch_encoder")(x)
+    depth_rates = np.linspace(0.0, stochastic_depth_rate, num_layers) if num_layers > 1 else [stochastic_depth_rate]
+    for i in range(num_layers):
+        x = TransformerBlock(
+            num_heads=num_heads,
+            mlp_dim=mlp_dim,
+            dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate,
+            stochastic_depth_rate=float(depth_rates[i]),
+            layer_norm_epsilon=layer_norm_epsilon,
+            approximate_gelu=approximate_gelu,
+            name=f"transformer_block_{i}",
+        )(x)
+    x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
+
+    if include_top:
+        mode = "token" if classifier == "token" else "avg"
+        x = SequencePooling(mode, class_token=class_token, name="pooling")(x)
+        if representation_size is not None:
+            x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
+        x = keras.layers.Dense(
+            classes,
+            kernel_initializer="zeros",
+            activation=classifier_activation,
+            dtype="float32",
+            name="predictions",
+        )(x)
+    elif pooling is not None:
+        x = SequencePooling(pooling, class_token=class_token, name="pooling")(x)
+
+    inputs = image_input if input_tensor is None else keras.utils.get_source_inputs(input_tensor)
+    model = keras.Model(inputs, x, name=name)
+    if weights is not None:
+        model.load_weights(weights)
+    return model
+
+
+def _check_activation(classifier_activation):
+    if classifier_activation is None or callable(classifier_activation):
+        return
+    try:
+        keras.activations.get(classifier_activation)
+    except (ValueError, TypeError):
+        raise ValueError(
+            "`classifier_activation` must be None, a callable or the name of a Keras activation "
+            f"such as 'softmax' or 'linear'. Received: classifier_activation={classifier_activation!r}"
+        ) from None
+
+
+def _check_weights(weights):
+    if weights is None:
+        return
+    if weights in PRETRAINED_NAMES:
+        raise ValueError(
+            f"Pretrained weights are not available in keras_vit yet. Received: weights={weights!r}. "
+            "Use weights=None or the path of a .weights.h5 file."
+        )
+    if not isinstance(weights, (str, os.PathLike)) or not os.path.isfile(weights):
+        raise ValueError(
+            "`weights` must be None or the path of an existing .weights.h5 file. "
+            f"Received: weights={weights!r}"
+        )
+    if not str(weights).endswith(".weights.h5"):
+        raise ValueError(f"`weights` file must end in '.weights.h5'. Received: weights={weights!r}")
+
+
+def _resolve_input_shape(input_shape, input_tensor, patch_size):
+    """Returns a validated (height, width, channels) tuple."""
+    tensor_shape = None
+    if input_tensor is not None:
+        try:
+            tensor_shape = tuple(keras.ops.shape(input_tensor))[1:]
+        except Exception:
+            raise ValueError(
+                f"`input_tensor` must be a Keras tensor or a tensor. Received: input_tensor={input_tensor!r}"
+            ) from None
+        tensor_shape = tuple(None if d is None else int(d) for d in tensor_shape)
+    if input_shape is None:
+        input_shape = tensor_shape if tensor_shape is not None else DEFAULT_INPUT_SHAPE
+    try:
+        input_shape = tuple(input_shape)
+    except TypeError:
+        raise ValueError(
+            f"`input_shape` must be a (height, width, channels) tuple. Received: input_shape={input_shape!r}"
+        ) from None
+    if len(input_shape) != 3 or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in input_shape
+    ):
+        raise ValueError(
+            "`input_shape` must be a (height, width, channels) tuple of positive ints "
+            f"(height and width known). Received: input_shape={input_shape!r}"
+        )
+    if tensor_shape is not None and tensor_shape != input_shape:
+        raise ValueError(
+            "`input_tensor` and `input_shape` disagree: "
+            f"input_tensor has shape (batch, *{tensor_shape}), input_shape={input_shape}"
+        )
+    height, width, _ = input_shape
+    if patch_size > min(height, width):
+        raise ValueError(
+            f"`patch_size` must not exceed the image size. Received: patch_size={patch_size} "
+            f"for input_shape={input_shape}"
+        )
+    if height % patch_size or width % patch_size:
+        raise ValueError(
+            f"Image height and width must be multiples of `patch_size`. Received: input_shape={input_shape}, "
+            f"patch_size={patch_size}"
+        )
+    return input_shape

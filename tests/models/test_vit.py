@@ -1,0 +1,200 @@
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit import VisionTransformer
+from keras_vit.layers import TransformerBlock
+
+
+def test_layer_names_are_the_contract(tiny_config):
+    model = VisionTransformer(representation_size=16, **tiny_config)
+    names = [layer.name for layer in model.layers]
+    assert names == [
+        "images",
+        "patches",
+        "patch_encoder",
+        "transformer_block_0",
+        "transformer_block_1",
+        "encoder_norm",
+        "pooling",
+        "pre_logits",
+        "predictions",
+    ]
+    assert model.get_layer("encoder_norm").epsilon == 1e-6
+
+
+def test_head_is_zero_initialised_and_outputs_float32(tiny_config):
+    model = VisionTransformer(classifier_activation=None, **tiny_config)
+    head = model.get_layer("predictions")
+    assert not np.any(head.kernel.numpy()) and not np.any(head.bias.numpy())
+    out = model.predict(np.random.default_rng(0).uniform(-1, 1, (3, 16, 16, 3)), verbose=0)
+    assert out.shape == (3, 5) and out.dtype == np.float32
+    np.testing.assert_array_equal(out, 0.0)
+
+
+def test_forward_equals_composition_of_layers(tiny_config):
+    """The functional graph is exactly patches -> encoder -> blocks -> norm -> token -> head."""
+    model = VisionTransformer(classifier_activation=None, **tiny_config)
+    rng = np.random.default_rng(1)
+    for w in model.weights:
+        w.assign(rng.normal(scale=0.2, size=w.shape).astype("float32"))
+    x = rng.uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    z = model.get_layer("patch_encoder")(model.get_layer("patches")(x))
+    for i in range(2):
+        z = model.get_layer(f"transformer_block_{i}")(z)
+    z = model.get_layer("encoder_norm")(z)[:, 0]
+    expected = model.get_layer("predictions")(z).numpy()
+    np.testing.assert_allclose(model(x).numpy(), expected, atol=1e-5)
+
+
+def test_gap_classifier_without_class_token(tiny_config):
+    model = VisionTransformer(classifier="gap", **tiny_config)
+    assert model.get_layer("patch_encoder").class_token is False
+    assert model.get_layer("pooling").mode == "avg"
+    token = VisionTransformer(**tiny_config)
+    assert token.count_params() - model.count_params() == 2 * tiny_config["hidden_size"]
+
+
+@pytest.mark.parametrize(
+    "pooling,shape", [(None, (None, 17, 32)), ("token", (None, 32)), ("avg", (None, 32)), ("max", (None, 32))]
+)
+def test_include_top_false_and_pooling(tiny_config, pooling, shape):
+    tiny_config.pop("classes")
+    model = VisionTransformer(include_top=False, pooling=pooling, **tiny_config)
+    assert model.output_shape == shape
+    assert "predictions" not in [layer.name for layer in model.layers]
+
+
+def test_rectangular_images(tiny_config):
+    tiny_config["input_shape"] = (8, 24, 1)
+    model = VisionTransformer(**tiny_config)
+    assert model.get_layer("patch_encoder").position_embedding.shape == (1, 13, 32)
+    assert model.predict(np.zeros((2, 8, 24, 1)), verbose=0).shape == (2, 5)
+
+
+def test_input_tensor(tiny_config):
+    shape = tiny_config.pop("input_shape")
+    inputs = keras.Input(shape, name="my_images")
+    model = VisionTransformer(input_tensor=inputs, **tiny_config)
+    assert model.inputs[0] is inputs
+    model2 = VisionTransformer(input_tensor=keras.Input((16, 16, 3)), input_shape=(16, 16, 3), **tiny_config)
+    assert model2.input_shape == (None, 16, 16, 3)
+
+
+def test_two_batch_sizes_and_softmax(tiny_config):
+    model = VisionTransformer(**tiny_config)
+    for batch in (1, 4):
+        out = model.predict(np.zeros((batch, 16, 16, 3)), verbose=0)
+        np.testing.assert_allclose(out.sum(-1), 1.0, rtol=1e-6)
+        np.testing.assert_allclose(out, 1 / 5, rtol=1e-6)  # zero head: uniform
+
+
+def test_weights_file_round_trip(tiny_config, tmp_path):
+    model = VisionTransformer(**tiny_config)
+    for w in model.weights:
+        w.assign(np.random.default_rng(2).normal(size=w.shape).astype("float32"))
+    path = str(tmp_path / "tiny.weights.h5")
+    model.save_weights(path)
+    loaded = VisionTransformer(weights=path, **tiny_config)
+    x = np.random.default_rng(3).uniform(-1, 1, (2, 16, 16, 3))
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+def test_stochastic_depth_grows_linearly(tiny_config):
+    tiny_config["num_layers"] = 3
+    model = VisionTransformer(stochastic_depth_rate=0.2, **tiny_config)
+    rates = [model.get_layer(f"transformer_block_{i}").stochastic_depth_rate for i in range(3)]
+    assert rates == pytest.approx([0.0, 0.1, 0.2])
+
+
+BAD = [
+    ({"patch_size": 0}, r"`patch_size` must be a positive int. Received: patch_size=0"),
+    ({"patch_size": 32}, r"`patch_size` must not exceed the image size. Received: patch_size=32"),
+    ({"patch_size": 3}, r"multiples of `patch_size`. Received: input_shape=\(16, 16, 3\), patch_size=3"),
+    ({"input_shape": (16, 18, 3)}, r"multiples of `patch_size`. Received: input_shape=\(16, 18, 3\)"),
+    ({"hidden_size": 30}, r"`hidden_size` must be divisible by `num_heads`. Received: hidden_size=30, num_heads=4"),
+    ({"classifier": "cls"}, r"`classifier` must be one of 'token', 'gap'. Received: classifier='cls'"),
+    ({"pooling": "mean", "include_top": False}, r"`pooling` must be one of None, 'token', 'avg', 'max'. Received: pooling='mean'"),
+    ({"class_token": False}, r"`classifier='token'` needs a class token. Received: class_token=False"),
+    ({"classifier": "gap", "pooling": "token"}, r"`pooling='token'` needs a class token"),
+    ({"classifier_activation": "softmx"}, r"`classifier_activation` must be None, a callable or the name of a Keras activation .* Received: classifier_activation='softmx'"),
+    ({"dropout_rate": -0.1}, r"`dropout_rate` must be a float in \[0, 1\). Received: dropout_rate=-0.1"),
+    ({"attention_dropout_rate": 1.0}, r"Received: attention_dropout_rate=1.0"),
+    ({"stochastic_depth_rate": 2}, r"Received: stochastic_depth_rate=2"),
+    ({"classes": 0}, r"`classes` must be a positive int. Received: classes=0"),
+    ({"representation_size": -3}, r"Received: representation_size=-3"),
+    ({"weights": "imagenet"}, r"Pretrained weights are not available in keras_vit yet. Received: weights='imagenet'"),
+    ({"weights": "missing.weights.h5"}, r"must be None or the path of an existing .weights.h5 file"),
+    ({"input_shape": (16, 16)}, r"`input_shape` must be a \(height, width, channels\) tuple of positive ints"),
+    ({"input_shape": (None, None, 3)}, r"height and width known"),
+    ({"input_tensor": keras.Input((16, 16, 1))}, r"`input_tensor` and `input_shape` disagree"),
+]
+
+
+@pytest.mark.parametrize("override,message", BAD, ids=[m[:40] for _, m in BAD])
+def test_bad_arguments_raise_before_building(tiny_config, override, message, monkeypatch):
+    built = []
+    monkeypatch.setattr(TransformerBlock, "build", lambda self, shape: built.append(shape))
+    with pytest.raises(ValueError, match=message):
+        VisionTransformer(**{**tiny_config, **override})
+    assert not built
+
+
+def test_channel_mismatch_at_call_names_expected_value(tiny_config):
+    model = VisionTransformer(**tiny_config)
+    with pytest.raises(ValueError, match=r"expected axis -1 of input shape to have value 3"):
+        model.predict(np.zeros((1, 16, 16, 1)), verbose=0)
+
+
+@pytest.mark.parametrize("name", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_predicts_and_trains(policy, tiny_config, name):
+    policy(name)
+    model = VisionTransformer(classifier_activation=None, **tiny_config)
+    assert all(w.dtype == "float32" for w in model.weights)
+    x = np.random.default_rng(4).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
+    y = np.arange(8) % 5
+    assert model.predict(x, verbose=0).dtype == np.float32
+    assert model.get_layer("transformer_block_0").compute_dtype == name.split("_")[1]
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(x, y, epochs=3, batch_size=8, verbose=0)
+    assert all(np.isfinite(history.history["loss"]))
+    assert history.history["loss"][-1] < history.history["loss"][0]
+
+
+def test_get_config_round_trip(tiny_config):
+    model = VisionTransformer(representation_size=8, classifier="gap", **tiny_config)
+    config = model.get_config()
+    clone = keras.Model.from_config(copy.deepcopy(config))
+    assert json.dumps(clone.get_config(), sort_keys=True) == json.dumps(config, sort_keys=True)
+
+
+def test_keras_file_round_trip_in_fresh_process(tiny_config, tmp_path):
+    model = VisionTransformer(representation_size=8, dropout_rate=0.1, stochastic_depth_rate=0.1, **tiny_config)
+    rng = np.random.default_rng(5)
+    for w in model.weights:
+        w.assign(rng.normal(scale=0.2, size=w.shape).astype("float32"))
+    x = rng.uniform(-1, 1, (3, 16, 16, 3)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "expected.npy", model.predict(x, verbose=0))
+    model.save(tmp_path / "model.keras")
+    script = textwrap.dedent(
+        f"""
+        import numpy as np, keras, keras_vit
+        model = keras.saving.load_model({str(tmp_path / 'model.keras')!r})
+        got = model.predict(np.load({str(tmp_path / 'x.npy')!r}), verbose=0)
+        np.testing.assert_array_equal(got, np.load({str(tmp_path / 'expected.npy')!r}))
+        print("IDENTICAL")
+        """
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert "IDENTICAL" in result.stdout, result.stderr[-3000:]
