@@ -1,0 +1,308 @@
+"""tf.data input pipelines for ViT: TFDS, image folders, NumPy arrays, digits.
+
+Every loader ends in the same pipeline (`_finish`): optional shuffle with a
+seed, conversion to `channels`, bilinear resize to `image_size`, optional
+augmentation, scaling to [-1, 1] with `keras_vit.preprocess_input` (the
+reference `(x - 127.5) / 127.5`), batching that keeps the partial last
+batch, and `prefetch(AUTOTUNE)`. Each returned dataset yields
+`(images, labels)`: images float32 `(batch, height, width, channels)` in
+[-1, 1], labels int32 `(batch,)`; it carries the class names as
+`dataset.class_names`, as `keras.utils.image_dataset_from_directory` does,
+and the number of examples (None when unknown) as `dataset.num_examples`.
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from keras_vit._validation import check_choice, check_positive_int
+from keras_vit.preprocessing import preprocess_input
+
+AUGMENTATIONS = (None, "crop", "crop_flip")
+DIGITS_VALIDATION_FRACTION = 0.2
+DIGITS_SPLIT_SEED = 0
+
+
+def load_digits():
+    """Loads scikit-learn's handwritten digits with a fixed stratified split.
+
+    The 1,797 8x8 grey-level scans of the UCI "Optical Recognition of
+    Handwritten Digits" set, which ship with scikit-learn (no download). The
+    held-out split is a stratified 20% (360 images), always the same
+    (`train_test_split(..., stratify=labels, random_state=0)`).
+
+    Returns:
+        `((x_train, y_train), (x_val, y_val), class_names)`: images float32
+        of shape `(n, 8, 8, 1)` with pixels in [0, 255] (the original 0..16
+        levels times 255/16), labels int32 in 0..9, class names "0".."9".
+    """
+    from sklearn.datasets import load_digits as sk_load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = sk_load_digits()
+    images = (digits.images * (255.0 / 16.0)).astype("float32")[..., None]
+    labels = digits.target.astype("int32")
+    x_train, x_val, y_train, y_val = train_test_split(
+        images,
+        labels,
+        test_size=DIGITS_VALIDATION_FRACTION,
+        stratify=labels,
+        random_state=DIGITS_SPLIT_SEED,
+    )
+    return (x_train, y_train), (x_val, y_val), [str(d) for d in range(10)]
+
+
+def digits(split="train", *, image_size=32, channels=3, batch_size=32, shuffle=None, augment=None, seed=None):
+    """The `digits` data set (see `load_digits`) as a ready tf.data pipeline.
+
+    Args:
+        split: "train" (1,437 images) or "validation" (360 images).
+        image_size, channels, batch_size, shuffle, augment, seed: as in
+            `from_arrays`. `shuffle` defaults to True for "train", False
+            for "validation".
+
+    Returns:
+        A `tf.data.Dataset` of `(images, labels)` (see the module doc).
+
+    Raises:
+        ValueError: unknown `split`, or a bad pipeline argument.
+    """
+    check_choice("split", split, ("train", "validation"))
+    train, val, class_names = load_digits()
+    images, labels = train if split == "train" else val
+    if shuffle is None:
+        shuffle = split == "train"
+    return from_arrays(
+        images,
+        labels,
+        image_size=image_size,
+        channels=channels,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        augment=augment,
+        seed=seed,
+        class_names=class_names,
+    )
+
+
+def from_arrays(
+    images,
+    labels,
+    *,
+    image_size,
+    channels=3,
+    batch_size=32,
+    shuffle=False,
+    augment=None,
+    seed=None,
+    class_names=None,
+):
+    """Builds the pipeline from NumPy arrays.
+
+    Args:
+        images: array `(n, height, width)` or `(n, height, width, c)` with c
+            in {1, 3}, pixels in [0, 255], any real or integer dtype.
+        labels: int array `(n,)` of class indices, or None for images only.
+        image_size: int or (height, width): the model's input size in pixels.
+        channels: 1 or 3, default 3. Grey images are repeated to RGB; RGB is
+            converted to grey with `tf.image.rgb_to_grayscale`.
+        batch_size: int >= 1; the last batch may be smaller.
+        shuffle: bool, default False. Shuffle all examples each epoch.
+        augment: None, "crop" (resize to 1.125x, random crop back) or
+            "crop_flip" (the same plus a random horizontal flip, for photos;
+            not for digits or text).
+        seed: int or None, seed of the shuffle and the augmentation.
+        class_names: optional list of names, stored as
+            `dataset.class_names`.
+
+    Returns:
+        A `tf.data.Dataset` of `(images, labels)`, or of images when
+        `labels` is None.
+
+    Raises:
+        ValueError: images of the wrong rank or channel count, labels whose
+            length differs from the images', or a bad pipeline argument.
+    """
+    images = np.asarray(images)
+    if images.ndim == 3:
+        images = images[..., None]
+    if images.ndim != 4 or images.shape[-1] not in (1, 3):
+        raise ValueError(
+            "`images` must have shape (n, height, width) or (n, height, width, 1 or 3). "
+            f"Received: images with shape {images.shape}"
+        )
+    if labels is None:
+        ds = tf.data.Dataset.from_tensor_slices(images)
+    else:
+        labels = np.asarray(labels)
+        if labels.shape != (len(images),):
+            raise ValueError(
+                f"`labels` must have shape ({len(images)},), one label per image. "
+                f"Received: labels with shape {labels.shape}"
+            )
+        ds = tf.data.Dataset.from_tensor_slices((images, labels.astype("int32")))
+    return _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(images))
+
+
+def from_directory(
+    directory,
+    *,
+    image_size,
+    channels=3,
+    batch_size=32,
+    shuffle=False,
+    augment=None,
+    seed=None,
+    validation_split=None,
+    subset=None,
+):
+    """Builds the pipeline from a folder with one sub-folder per class.
+
+    Files are found and decoded by `keras.utils.image_dataset_from_directory`
+    (jpeg, png, bmp, gif); class indices follow the sorted sub-folder names.
+
+    Args:
+        directory: path of the folder, e.g. `photos/` with `photos/cat/*.jpg`
+            and `photos/dog/*.jpg`.
+        validation_split: None or float in (0, 1): the fraction held out.
+        subset: with `validation_split`, "training" or "validation".
+        seed: int; required with `validation_split` so that both subsets
+            come from the same split. Also seeds shuffle and augmentation.
+        image_size, channels, batch_size, shuffle, augment: as in
+            `from_arrays`.
+
+    Returns:
+        A `tf.data.Dataset` of `(images, labels)` with `.class_names`.
+
+    Raises:
+        ValueError: the folder does not exist or holds no images, or a bad
+            pipeline argument.
+    """
+    import keras
+
+    if not os.path.isdir(directory):
+        raise ValueError(f"`directory` must be an existing folder. Received: directory={directory!r}")
+    size = _size_pair(image_size)
+    raw = keras.utils.image_dataset_from_directory(
+        directory,
+        labels="inferred",
+        label_mode="int",
+        color_mode="rgb" if channels == 3 else "grayscale",
+        batch_size=None,
+        image_size=size,
+        shuffle=bool(validation_split),
+        seed=seed,
+        validation_split=validation_split,
+        subset=subset,
+        verbose=False,
+    )
+    class_names = raw.class_names
+    count = int(raw.cardinality())
+    ds = raw.map(lambda x, y: (x, tf.cast(y, tf.int32)))
+    return _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, count)
+
+
+def from_tfds(
+    name,
+    *,
+    split,
+    image_size,
+    data_dir=None,
+    channels=3,
+    batch_size=32,
+    shuffle=False,
+    augment=None,
+    seed=None,
+    download=False,
+):
+    """Builds the pipeline from a TensorFlow Datasets data set.
+
+    Loads `tfds.load(name, split=split, as_supervised=True, data_dir=...)`,
+    reading whatever the user's TFDS data folder holds (by default nothing is
+    downloaded; pass `download=True` where the machine has network access).
+
+    Args:
+        name: TFDS name with an `image` and a `label` feature, e.g.
+            "cifar10" or "oxford_flowers102".
+        split: TFDS split string, e.g. "train", "test" or "train[:90%]".
+        data_dir: TFDS data folder, default TFDS' own (`~/tensorflow_datasets`).
+        download: bool, default False.
+        image_size, channels, batch_size, shuffle, augment, seed: as in
+            `from_arrays`.
+
+    Returns:
+        A `tf.data.Dataset` of `(images, labels)` with `.class_names`.
+
+    Raises:
+        ValueError: a bad pipeline argument. TFDS' own errors (unknown name,
+            data not prepared) pass through unchanged.
+    """
+    import tensorflow_datasets as tfds
+
+    raw, info = tfds.load(
+        name, split=split, data_dir=data_dir, as_supervised=True, with_info=True, download=download
+    )
+    label = info.features["label"]
+    class_names = list(label.names) if hasattr(label, "names") else None
+    count = None
+    try:
+        count = int(raw.cardinality())
+    except (TypeError, ValueError):
+        pass
+    ds = raw.map(lambda x, y: (x, tf.cast(y, tf.int32)))
+    return _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, count)
+
+
+def _size_pair(image_size):
+    pair = image_size
+    if isinstance(image_size, int) and not isinstance(image_size, bool):
+        pair = (image_size, image_size)
+    try:
+        height, width = pair
+        check_positive_int("image_size", height)
+        check_positive_int("image_size", width)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"`image_size` must be a positive int or a (height, width) pair. Received: image_size={image_size!r}"
+        ) from None
+    return int(height), int(width)
+
+
+def _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, count):
+    """Shuffle, convert, resize, augment, scale, batch and prefetch."""
+    height, width = _size_pair(image_size)
+    check_choice("channels", channels, (1, 3))
+    check_positive_int("batch_size", batch_size)
+    check_choice("augment", augment, AUGMENTATIONS)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"`seed` must be None or an int >= 0. Received: seed={seed!r}")
+
+    if shuffle:
+        buffer = count if count and count > 0 else 10_000
+        ds = ds.shuffle(min(buffer, 50_000), seed=seed, reshuffle_each_iteration=True)
+
+    def prepare(image, *label):
+        image = tf.cast(image, tf.float32)
+        if image.shape.rank == 2:
+            image = image[..., None]
+        in_channels = image.shape[-1]
+        if in_channels == 1 and channels == 3:
+            image = tf.repeat(image, 3, axis=-1)
+        elif in_channels == 3 and channels == 1:
+            image = tf.image.rgb_to_grayscale(image)
+        image = tf.image.resize(image, (height, width), method="bilinear", antialias=True)
+        if augment is not None:
+            pad_h, pad_w = int(round(height * 1.125)), int(round(width * 1.125))
+            image = tf.image.resize(image, (pad_h, pad_w), method="bilinear")
+            image = tf.image.random_crop(image, (height, width, channels), seed=seed)
+            if augment == "crop_flip":
+                image = tf.image.random_flip_left_right(image, seed=seed)
+        image = preprocess_input(image)
+        return (image, *label) if label else image
+
+    ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.batch(batch_size, drop_remainder=False).prefetch(tf.data.AUTOTUNE)
+    ds.class_names = class_names
+    ds.num_examples = count
+    return ds

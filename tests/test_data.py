@@ -1,0 +1,126 @@
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_vit import data
+
+
+def test_digits_split_is_fixed_and_stratified():
+    (x_train, y_train), (x_val, y_val), names = data.load_digits()
+    assert x_train.shape == (1437, 8, 8, 1) and x_val.shape == (360, 8, 8, 1)
+    assert names == [str(d) for d in range(10)]
+    assert x_train.min() == 0 and x_train.max() == 255
+    counts = np.bincount(y_val, minlength=10)
+    assert counts.min() >= 35 and counts.max() <= 37  # stratified: 360 / 10 each, +-1
+    (x_train2, _), (x_val2, _), _ = data.load_digits()
+    np.testing.assert_array_equal(x_val, x_val2)
+
+
+def test_digits_pipeline_shapes_ranges_and_partial_batch():
+    ds = data.digits("validation", image_size=16, batch_size=100)
+    batches = list(ds)
+    assert [int(y.shape[0]) for _, y in batches] == [100, 100, 100, 60]
+    x, y = batches[0]
+    assert x.shape == (100, 16, 16, 3) and x.dtype == tf.float32 and y.dtype == tf.int32
+    assert float(tf.reduce_min(x)) >= -1.0 and float(tf.reduce_max(x)) <= 1.0
+    assert float(tf.reduce_min(x)) == pytest.approx(-1.0)
+    assert ds.class_names == [str(d) for d in range(10)] and ds.num_examples == 360
+
+
+def test_resize_and_scaling_match_preprocess_input():
+    images = np.random.default_rng(0).integers(0, 256, (4, 8, 8, 3)).astype("uint8")
+    (x,) = list(data.from_arrays(images, None, image_size=8, batch_size=4))
+    np.testing.assert_allclose(x.numpy(), images / 127.5 - 1, atol=1e-5)
+
+
+def test_shuffle_is_seeded_and_reshuffles_each_epoch():
+    images = np.arange(20, dtype="float32").reshape(20, 1, 1, 1) * np.ones((1, 2, 2, 3), "float32")
+    labels = np.arange(20)
+
+    def order(ds):
+        return np.concatenate([y.numpy() for _, y in ds])
+
+    a = data.from_arrays(images, labels, image_size=2, batch_size=8, shuffle=True, seed=3)
+    b = data.from_arrays(images, labels, image_size=2, batch_size=8, shuffle=True, seed=3)
+    first, second = order(a), order(a)
+    np.testing.assert_array_equal(first, order(b))
+    assert sorted(first) == list(range(20)) and not np.array_equal(first, second)
+
+
+@pytest.mark.parametrize("augment", ["crop", "crop_flip"])
+def test_augmentation_keeps_shape_and_range(augment):
+    images = np.random.default_rng(1).uniform(0, 255, (6, 8, 8, 1)).astype("float32")
+    (x, y) = next(iter(data.from_arrays(images, np.zeros(6), image_size=16, augment=augment, seed=0)))
+    assert x.shape == (6, 16, 16, 3) and -1.0 <= float(tf.reduce_min(x)) and float(tf.reduce_max(x)) <= 1.0
+
+
+def test_channel_conversion():
+    rgb = np.full((2, 4, 4, 3), 255, "uint8")
+    (x,) = list(data.from_arrays(rgb, None, image_size=4, channels=1))
+    assert x.shape == (2, 4, 4, 1)
+    np.testing.assert_allclose(x.numpy(), 1.0, atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"images": np.zeros((2, 4, 4, 2))}, r"`images` must have shape .* Received: images with shape \(2, 4, 4, 2\)"),
+        ({"labels": np.zeros(3)}, r"`labels` must have shape \(2,\), one label per image. Received: labels with shape \(3,\)"),
+        ({"image_size": 0}, r"`image_size` must be a positive int or a \(height, width\) pair. Received: image_size=0"),
+        ({"channels": 2}, r"`channels` must be one of 1, 3. Received: channels=2"),
+        ({"batch_size": 0}, r"`batch_size` must be a positive int"),
+        ({"augment": "flip"}, r"`augment` must be one of None, 'crop', 'crop_flip'. Received: augment='flip'"),
+        ({"seed": -1}, r"`seed` must be None or an int >= 0. Received: seed=-1"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    args = {"images": np.zeros((2, 4, 4, 3)), "labels": np.zeros(2), "image_size": 4, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        data.from_arrays(args.pop("images"), args.pop("labels"), **args)
+
+
+def test_digits_bad_split():
+    with pytest.raises(ValueError, match=r"`split` must be one of 'train', 'validation'. Received: split='test'"):
+        data.digits("test")
+
+
+def _write_image_folder(root):
+    """Real photos that ship with scikit-learn, cut into tiles, in two class folders."""
+    from PIL import Image
+    from sklearn.datasets import load_sample_images
+
+    for name, photo in zip(("china", "flower"), load_sample_images().images):
+        os.makedirs(root / name)
+        for i in range(5):
+            tile = photo[i * 60 : i * 60 + 96, i * 80 : i * 80 + 128]
+            Image.fromarray(tile).save(root / name / f"{i}.jpg" if i % 2 else root / name / f"{i}.png")
+
+
+def test_from_directory_with_real_photos(tmp_path):
+    _write_image_folder(tmp_path)
+    train = data.from_directory(tmp_path, image_size=32, batch_size=4, validation_split=0.2, subset="training", seed=1)
+    val = data.from_directory(tmp_path, image_size=32, batch_size=4, validation_split=0.2, subset="validation", seed=1)
+    assert train.class_names == ["china", "flower"]
+    assert train.num_examples == 8 and val.num_examples == 2
+    x, y = next(iter(train))
+    assert x.shape[1:] == (32, 32, 3) and -1 <= float(tf.reduce_min(x)) and float(tf.reduce_max(x)) <= 1
+    assert set(np.concatenate([y.numpy() for _, y in train]).tolist() + [int(v) for _, y in val for v in y]) == {0, 1}
+
+
+def test_from_directory_missing(tmp_path):
+    with pytest.raises(ValueError, match=r"`directory` must be an existing folder"):
+        data.from_directory(tmp_path / "nope", image_size=32)
+
+
+def test_from_tfds_with_mock_data():
+    import tensorflow_datasets as tfds
+
+    with tfds.testing.mock_data(num_examples=10):
+        ds = data.from_tfds("mnist", split="train", image_size=16, batch_size=4)
+        batches = list(ds)
+    assert ds.class_names == [str(d) for d in range(10)]
+    assert [int(x.shape[0]) for x, _ in batches] == [4, 4, 2]
+    x, y = batches[0]
+    assert x.shape == (4, 16, 16, 3) and y.dtype == tf.int32
