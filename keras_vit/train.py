@@ -1,0 +1,264 @@
+"""`keras-vit-train`: train a ViT on a data set and write the model and metrics.
+
+Run as `keras-vit-train [options]` or `python -m keras_vit.train`. The
+default trains a small ViT (image 16, patch 4, 16 patches) on scikit-learn's `digits`
+and writes to `--output-dir`:
+
+    model.keras          the trained model (Keras format)
+    history.json         per-epoch loss/accuracy, train and held-out
+    metrics.json         held-out accuracy and loss, images_per_second and
+                         wall_time_s of the held-out evaluation, training time
+    training_curve.png   loss and accuracy per epoch
+
+Each file is written to a temporary name in the same folder and moved into
+place, so an interrupted run never leaves a half-written file under a final
+name. An existing `model.keras` is kept unless `--overwrite` is given.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+DEFAULTS = {
+    "image_size": 16,
+    "patch_size": 4,
+    "hidden_size": 128,
+    "num_layers": 4,
+    "num_heads": 4,
+    "mlp_dim": 256,
+}
+
+
+def build_parser():
+    """Returns the `argparse.ArgumentParser` of `keras-vit-train`."""
+    from keras_vit.models.variants import VARIANTS
+
+    p = argparse.ArgumentParser(
+        prog="keras-vit-train",
+        description="Train a Vision Transformer (arXiv:2010.11929) with model.fit and XLA.",
+    )
+    src = p.add_argument_group("data (one of)").add_mutually_exclusive_group()
+    src.add_argument("--dataset", choices=["digits"], default=None, help="built-in data set (default: digits)")
+    src.add_argument("--image-folder", metavar="DIR", help="folder with one sub-folder of images per class")
+    src.add_argument("--tfds", metavar="NAME", help="TensorFlow Datasets name, read from --tfds-data-dir")
+    p.add_argument("--tfds-data-dir", metavar="DIR", default=None)
+    p.add_argument("--train-split", default="train", help="TFDS training split (default: train)")
+    p.add_argument("--validation-split", default="test", help="TFDS held-out split (default: test)")
+    p.add_argument("--validation-fraction", type=float, default=0.2, help="held-out fraction of --image-folder")
+
+    m = p.add_argument_group("model")
+    m.add_argument("--variant", choices=sorted(VARIANTS), default=None, help="a ViT variant instead of the small default")
+    m.add_argument("--image-size", type=int, default=None, help=f"input height and width (default {DEFAULTS['image_size']}, 224 for variants)")
+    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
+        m.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=f"default {DEFAULTS[name]}")
+    m.add_argument("--dropout-rate", type=float, default=0.0)
+    m.add_argument("--stochastic-depth-rate", type=float, default=0.0)
+
+    t = p.add_argument_group("training")
+    t.add_argument("--epochs", type=int, default=60)
+    t.add_argument("--batch-size", type=int, default=64)
+    t.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+    t.add_argument("--learning-rate", type=float, default=2e-3)
+    t.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (0 for sgd)")
+    t.add_argument("--warmup-epochs", type=float, default=6.0)
+    t.add_argument("--label-smoothing", type=float, default=0.0)
+    t.add_argument("--augment", choices=["none", "crop", "crop_flip"], default="crop")
+    t.add_argument("--precision", choices=["float32", "mixed_bfloat16", "mixed_float16"], default="float32")
+    t.add_argument("--no-xla", action="store_true", help="train without jit_compile")
+    t.add_argument("--seed", type=int, default=0)
+
+    o = p.add_argument_group("output")
+    o.add_argument("--output-dir", default="runs/train", help="folder for model.keras and the metrics")
+    o.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run")
+    o.add_argument("--verbose", type=int, choices=[0, 1, 2], default=1, help="Keras progress bar (1), one line per epoch (2)")
+    return p
+
+
+def _model_config(args):
+    """Returns (builder kwargs, image_size) from the parsed arguments."""
+    explicit = {k: getattr(args, k) for k in DEFAULTS if k != "image_size" and getattr(args, k) is not None}
+    if args.variant is not None:
+        if explicit:
+            raise ValueError(
+                f"--variant {args.variant} fixes the architecture; drop "
+                + ", ".join("--" + k.replace("_", "-") for k in explicit)
+            )
+        return {}, args.image_size or 224
+    config = {k: v for k, v in DEFAULTS.items() if k != "image_size"}
+    config.update(explicit)
+    return config, args.image_size or DEFAULTS["image_size"]
+
+
+def _load_data(args, image_size, batch_size):
+    from keras_vit import data
+
+    common = {"image_size": image_size, "batch_size": batch_size, "seed": args.seed}
+    augment = None if args.augment == "none" else args.augment
+    if args.image_folder:
+        split = {"validation_split": args.validation_fraction, "directory": args.image_folder}
+        train = data.from_directory(subset="training", shuffle=True, augment=augment, **split, **common)
+        val = data.from_directory(subset="validation", **split, **common)
+    elif args.tfds:
+        tfds_args = {"data_dir": args.tfds_data_dir, **common}
+        train = data.from_tfds(args.tfds, split=args.train_split, shuffle=True, augment=augment, **tfds_args)
+        val = data.from_tfds(args.tfds, split=args.validation_split, **tfds_args)
+    else:
+        train = data.digits("train", augment=augment, **common)
+        val = data.digits("validation", **common)
+    return train, val
+
+
+def _atomic_write(path, write):
+    """Calls write(tmp_path) then moves tmp_path to `path`."""
+    folder = os.path.dirname(os.path.abspath(path))
+    suffix = "".join(os.path.basename(path).partition(".")[1:])
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _write_json(path, obj):
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2)
+            f.write("\n")
+
+    _atomic_write(path, write)
+
+
+def _plot_history(path, history):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key in zip(axes, ("loss", "accuracy")):
+        epochs = range(1, len(history[key]) + 1)
+        ax.plot(epochs, history[key], label="train")
+        if "val_" + key in history:
+            ax.plot(epochs, history["val_" + key], label="held-out")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(key)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    plt.close(fig)
+
+
+def run(args):
+    """Trains and evaluates as `args` say; returns the metrics dict.
+
+    Raises:
+        ValueError: a bad argument (names it), or an output folder that
+            already holds a model while `args.overwrite` is False.
+    """
+    for name in ("epochs", "batch_size"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1. Received: {getattr(args, name)}")
+    if not 0 <= args.validation_fraction < 1 or (args.image_folder and args.validation_fraction == 0):
+        raise ValueError(f"--validation-fraction must be in (0, 1). Received: {args.validation_fraction}")
+    if args.warmup_epochs < 0 or args.warmup_epochs >= args.epochs:
+        raise ValueError(f"--warmup-epochs must be in [0, --epochs). Received: {args.warmup_epochs}")
+    model_config, image_size = _model_config(args)
+    out = args.output_dir
+    model_path = os.path.join(out, "model.keras")
+    if os.path.exists(model_path) and not args.overwrite:
+        raise ValueError(f"{model_path} exists; pass --overwrite to replace it")
+
+    import keras
+
+    import keras_vit
+    from keras_vit import training
+
+    keras.utils.set_random_seed(args.seed)
+    keras.mixed_precision.set_global_policy(args.precision)
+    train, val = _load_data(args, image_size, args.batch_size)
+    classes = len(train.class_names)
+    common = {
+        "input_shape": (image_size, image_size, 3),
+        "classes": classes,
+        "classifier_activation": None,
+        "dropout_rate": args.dropout_rate,
+        "stochastic_depth_rate": args.stochastic_depth_rate,
+    }
+    if args.variant:
+        model = getattr(keras_vit, args.variant)(**common)
+    else:
+        model = keras_vit.VisionTransformer(name="vit_digits" if not (args.image_folder or args.tfds) else "vit", **model_config, **common)
+
+    steps_per_epoch = int(train.cardinality())
+    if steps_per_epoch < 1:
+        raise ValueError("the training data set is empty or of unknown size")
+    total_steps = args.epochs * steps_per_epoch
+    training.compile_model(
+        model,
+        total_steps=total_steps,
+        optimizer=args.optimizer,
+        learning_rate=args.learning_rate,
+        warmup_steps=int(args.warmup_epochs * steps_per_epoch),
+        weight_decay=args.weight_decay,
+        label_smoothing=args.label_smoothing,
+        jit_compile=not args.no_xla,
+    )
+    os.makedirs(out, exist_ok=True)
+    start = time.perf_counter()
+    # The pipeline shuffles with --seed; Keras' own shuffle does not apply to tf.data.
+    history = model.fit(train, validation_data=val, epochs=args.epochs, verbose=args.verbose, shuffle=False)
+    train_time = time.perf_counter() - start
+
+    model.evaluate(val, verbose=0)  # warm-up: compile the evaluation step before timing it
+    start = time.perf_counter()
+    loss, accuracy = model.evaluate(val, verbose=0)
+    eval_time = time.perf_counter() - start
+    num_val = sum(int(y.shape[0]) for _, y in val)
+    num_train = train.num_examples or steps_per_epoch * args.batch_size
+    metrics = {
+        "accuracy": float(accuracy),
+        "loss": float(loss),
+        "images_per_second": num_val / eval_time,
+        "wall_time_s": eval_time,
+        "num_heldout_images": num_val,
+        "train_wall_time_s": train_time,
+        "train_images_per_second": args.epochs * num_train / train_time,
+        "epochs": args.epochs,
+        "parameters": int(model.count_params()),
+        "precision": args.precision,
+        "jit_compile": bool(model.jit_compile),
+        "class_names": list(train.class_names),
+    }
+    hist = {k: [float(v) for v in vals] for k, vals in history.history.items()}
+    _atomic_write(model_path, model.save)
+    _write_json(os.path.join(out, "history.json"), hist)
+    _write_json(os.path.join(out, "metrics.json"), metrics)
+    _plot_history(os.path.join(out, "training_curve.png"), hist)
+    return metrics
+
+
+def main(argv=None):
+    """Console entry point; returns the process exit code (0 ok, 2 bad input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        metrics = run(args)
+    except ValueError as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
+    print(
+        f"held-out accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}, "
+        f"{metrics['images_per_second']:.0f} images/s; training took {metrics['train_wall_time_s']:.0f} s; "
+        f"wrote {args.output_dir}/model.keras, metrics.json, history.json, training_curve.png"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Smoke tests: each example runs end to end on tiny settings."""
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+
+from tests.test_data import _write_image_folder
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_example_has_a_smoke_test():
+    tested = {"build_and_predict", "finetune_image_folder", "finetune_tfds"}
+    assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
+
+
+def test_build_and_predict(capsys):
+    probs = load("build_and_predict").main(["--variant", "ViTTi16", "--image-size", "64"])
+    assert probs.shape == (1, 1000)
+    np.testing.assert_allclose(probs, 1 / 1000, rtol=1e-5)  # zero-initialised head
+    expected = 5_717_416 - (197 - 17) * 192  # pinned 224-px count, 17 positions at 64 px instead of 197
+    assert f"vit_ti16: {expected:,} parameters" in capsys.readouterr().out
+
+
+def test_finetune_image_folder(tmp_path):
+    _write_image_folder(tmp_path / "photos")
+    out = tmp_path / "m.keras"
+    history = load("finetune_image_folder").main(
+        [str(tmp_path / "photos"), "--image-size", "32", "--epochs", "1", "--batch-size", "4", "--output", str(out)]
+    )
+    assert out.exists() and len(history.history["val_accuracy"]) == 1
+
+
+def test_finetune_tfds_with_mock_data(tmp_path):
+    import tensorflow_datasets as tfds
+
+    out = tmp_path / "m.keras"
+    with tfds.testing.mock_data(num_examples=16):
+        history = load("finetune_tfds").main(
+            ["mnist", "--image-size", "16", "--epochs", "1", "--batch-size", "8", "--output", str(out)]
+        )
+    assert out.exists() and np.isfinite(history.history["loss"][0])

@@ -1,0 +1,38 @@
+"""Package-level contracts: import direction, public names, docstrings."""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import keras_vit
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_keras_vit_never_imports_export_or_its_runtimes():
+    script = (
+        "import sys, keras_vit, keras_vit.data, keras_vit.training, keras_vit.train\n"
+        "bad = [m for m in ('export', 'tf2onnx', 'onnxruntime', 'ai_edge_litert') if m in sys.modules]\n"
+        "print('LOADED', bad)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert "LOADED []" in result.stdout, result.stdout + result.stderr[-2000:]
+
+
+def test_public_names():
+    assert set(keras_vit.__all__) == {
+        "layers", "VisionTransformer", "ViTTi16", "ViTS16", "ViTS32", "ViTB8", "ViTB16", "ViTB32",
+        "ViTL16", "ViTL32", "ViTH14", "preprocess_input", "decode_predictions",
+    }
+    assert all(hasattr(keras_vit, name) for name in keras_vit.__all__)
+
+
+def test_every_public_function_and_class_has_a_docstring():
+    missing = []
+    for path in (ROOT / "keras_vit").rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                if not ast.get_docstring(node):
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert not missing

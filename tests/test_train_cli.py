@@ -1,0 +1,64 @@
+"""The main job, `keras-vit-train`, end to end."""
+
+import json
+import os
+
+import pytest
+
+from keras_vit import train
+
+TINY = ["--image-size", "16", "--patch-size", "4", "--hidden-size", "32", "--num-layers", "1", "--num-heads", "2",
+        "--mlp-dim", "32", "--epochs", "2", "--warmup-epochs", "1", "--verbose", "0"]
+
+
+def test_writes_model_metrics_history_and_curve(tmp_path):
+    out = tmp_path / "run"
+    assert train.main([*TINY, "--output-dir", str(out)]) == 0
+    assert sorted(os.listdir(out)) == ["history.json", "metrics.json", "model.keras", "training_curve.png"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"accuracy", "loss", "images_per_second", "wall_time_s"} <= set(metrics)
+    assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["images_per_second"] > 0
+    assert metrics["num_heldout_images"] == 360 and metrics["jit_compile"] is True
+    history = json.loads((out / "history.json").read_text())
+    assert len(history["loss"]) == 2 and len(history["val_accuracy"]) == 2
+    assert (out / "training_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_refuses_to_overwrite_without_flag(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "model.keras").write_text("earlier run")
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*TINY, "--output-dir", str(out)])
+    assert exit_info.value.code == 2
+    assert "model.keras exists; pass --overwrite" in capsys.readouterr().err
+    assert (out / "model.keras").read_text() == "earlier run"
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--patch-size", "5"], "multiples of `patch_size`"),
+        (["--num-heads", "3"], "`hidden_size` must be divisible by `num_heads`"),
+        (["--epochs", "0"], "--epochs must be >= 1"),
+        (["--warmup-epochs", "5"], "--warmup-epochs must be in [0, --epochs)"),
+        (["--dropout-rate", "1.5"], "`dropout_rate` must be a float in [0, 1)"),
+        (["--variant", "ViTTi16", "--hidden-size", "8"], "--variant ViTTi16 fixes the architecture"),
+    ],
+)
+def test_bad_input_exits_2_with_message(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*TINY, *args, "--output-dir", str(tmp_path / "run")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "run" / "model.keras").exists()
+
+
+def test_image_folder(tmp_path):
+    from tests.test_data import _write_image_folder
+
+    _write_image_folder(tmp_path / "photos")
+    out = tmp_path / "run"
+    assert train.main([*TINY, "--image-folder", str(tmp_path / "photos"), "--output-dir", str(out), "--batch-size", "4"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["class_names"] == ["china", "flower"]
