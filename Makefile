@@ -1,0 +1,41 @@
+# Two commands do all set-up on a fresh machine (see README.md):
+#   make demo   create .venv, install keras_vit + export, train on digits, export and verify -> runs/demo/
+#   make test   the same install, then every test (slow ones too)
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.keras_vit-installed
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export PYTHONUNBUFFERED = 1
+
+.PHONY: install system-deps demo test test-quick clean
+
+# tflite-support's extension (TFLite metadata) needs libusb; installed as root with apt-get.
+system-deps:
+	@ldconfig -p | grep -q libusb-1.0.so.0 || { \
+	  echo "installing Debian package libusb-1.0-0 (needed by tflite-support)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libusb-1.0-0; }
+
+$(STAMP): setup.cfg pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install --quiet -e ".[export,test]"
+	# TRAPS.md: tflite-support pins protobuf<4, which would break TensorFlow; it goes in last, without its deps.
+	$(PY) -m pip install --quiet --no-deps tflite-support==0.4.4
+	touch $(STAMP)
+
+install: system-deps $(STAMP)
+
+demo: install
+	$(PY) -m keras_vit.train --output-dir runs/demo --overwrite --verbose 2
+	$(PY) -m export runs/demo/model.keras --calibration-data digits --output-dir runs/demo/export --overwrite
+
+test: install
+	$(PY) -m pytest
+
+test-quick: install
+	$(PY) -m pytest -m "not slow"
+
+clean:
+	rm -rf runs .pytest_cache

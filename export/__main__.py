@@ -1,0 +1,77 @@
+"""`keras-vit-export` (also `python -m export`): export a keras_vit model and verify every artifact.
+
+    keras-vit-export runs/demo/model.keras --calibration-data digits --output-dir runs/demo/export
+
+Exit status: 0 when every artifact passed, 1 when one failed verification
+(named in the message; no file is left under its name), 2 for bad input.
+"""
+
+import argparse
+import json
+import sys
+
+from export.pipeline import FORMATS
+from export.tflite import QUANTIZATIONS
+
+
+def build_parser():
+    """Returns the `argparse.ArgumentParser` of `keras-vit-export`."""
+    p = argparse.ArgumentParser(prog="keras-vit-export", description=__doc__.splitlines()[0])
+    p.add_argument("model", help="a keras_vit model saved as .keras")
+    p.add_argument("--formats", default=",".join(FORMATS), help=f"comma list of {', '.join(FORMATS)} (default: all)")
+    p.add_argument(
+        "--quantization", default=",".join(QUANTIZATIONS), help=f"TFLite modes, comma list of {', '.join(QUANTIZATIONS)} (default: all)"
+    )
+    p.add_argument("--calibration-data", default=None, metavar="digits|FOLDER|TFDS-NAME",
+                   help="calibration images for int8 and held-out images for verification (default: a seeded random batch)")
+    p.add_argument("--labels", default=None, metavar="FILE", help="class names, one per line (default: the data set's)")
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--include-preprocessing", action="store_true", help="artifacts take raw pixels in [0, 255]")
+    p.add_argument("--int8-io-type", choices=["float32", "int8", "uint8"], default="float32")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    p.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
+    p.add_argument("--overwrite", action="store_true", help="replace existing artifacts")
+    return p
+
+
+def main(argv=None):
+    """Console entry point; returns 0, or exits 1 (verification failed) or 2 (bad input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from export.pipeline import export_all, format_table, parse_list
+    from export.signature import load_vit
+    from export.verify import VerificationError
+
+    try:
+        parse_list(args.formats, FORMATS, "format")
+        parse_list(args.quantization, QUANTIZATIONS, "quantization")
+        model = load_vit(args.model)
+        report = export_all(
+            model,
+            args.output_dir,
+            formats=args.formats,
+            quantizations=args.quantization,
+            calibration_data=args.calibration_data,
+            labels=args.labels,
+            include_preprocessing=args.include_preprocessing,
+            int8_io_type=args.int8_io_type,
+            opset=args.opset,
+            overwrite=args.overwrite,
+            measure_latency=not args.no_latency,
+        )
+    except (ValueError, FileExistsError) as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
+    except VerificationError as e:
+        try:
+            with open(f"{args.output_dir}/report.json") as f:
+                print(format_table(json.load(f)))
+        except OSError:
+            pass
+        parser.exit(1, f"{parser.prog}: {e}\n")
+    print(format_table(report))
+    print(f"wrote {args.output_dir}/report.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Write-then-move helpers: nothing half-written ever sits under a final name."""
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+
+def check_target(path, overwrite):
+    """Raises FileExistsError if `path` exists and `overwrite` is False."""
+    if os.path.lexists(path) and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True (--overwrite) to replace it")
+
+
+@contextlib.contextmanager
+def staged(path, overwrite=False, directory=False):
+    """Yields a temporary path beside `path`; moves it into place if the block succeeds.
+
+    The temporary name starts with ".tmp-" in the same folder, so the final
+    move is a rename on the same file system. On any exception the temporary
+    file or folder is removed and `path` is left as it was.
+    """
+    check_target(path, overwrite)
+    parent = os.path.dirname(os.path.abspath(path)) or "."
+    os.makedirs(parent, exist_ok=True)
+    base = os.path.basename(path.rstrip("/"))
+    if directory:
+        tmp = tempfile.mkdtemp(dir=parent, prefix=f".tmp-{base}-")
+        os.rmdir(tmp)  # writers want to create the folder themselves
+    else:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".tmp-{base}-", suffix=os.path.splitext(base)[1])
+        os.close(fd)
+    try:
+        yield tmp
+        promote(tmp, path, overwrite)
+    finally:
+        remove(tmp)
+
+
+def promote(tmp, path, overwrite=False):
+    """Moves `tmp` to `path`, replacing an existing `path` only when `overwrite`."""
+    check_target(path, overwrite)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+
+
+def remove(path):
+    """Removes a file or folder if it exists."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)

@@ -1,0 +1,254 @@
+"""`export_all`: every requested format and quantisation, verified, then moved into place."""
+
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from export import _files
+from export.signature import image_shape
+from export.tflite import QUANTIZATIONS, check_quantization
+from export.verify import Artifact, VerificationError, verify
+
+FORMATS = ("saved_model", "tflite", "onnx")
+VERIFY_SAMPLES = 512
+SEEDED_SAMPLES = 64
+
+
+def artifact_file(fmt, quantization="float32"):
+    """The final file name of an artifact inside the output folder."""
+    if fmt == "saved_model":
+        return "saved_model"
+    if fmt == "onnx":
+        return "model.onnx"
+    return f"model_{quantization}.tflite"
+
+
+def parse_list(value, allowed, name):
+    """Splits "a,b" (or takes a list) and checks each item is in `allowed`.
+
+    Raises:
+        ValueError: an empty list or an item outside `allowed`, naming it.
+    """
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value)
+    items = [v for v in items if v]
+    if not items:
+        raise ValueError(f"`{name}` is empty; choose from {', '.join(allowed)}")
+    for item in items:
+        if item not in allowed:
+            if name == "quantization":
+                check_quantization(item)
+            raise ValueError(f"unknown {name} {item!r}; choose from {', '.join(allowed)}")
+    return list(dict.fromkeys(items))
+
+
+def load_data(source, model, max_samples=VERIFY_SAMPLES):
+    """Calibration and verification images for a model from a named data source.
+
+    Args:
+        source: None (a seeded batch of uniform noise in [-1, 1]), "digits"
+            (calibration on the training split, verification on the fixed
+            held-out split), the path of an image folder (80/20 split,
+            seed 0), or a TFDS name (splits "train" / "test", read from the
+            local TFDS folder).
+        model: the model, for its input size and channels.
+
+    Returns:
+        `(calibration_images, eval_images, eval_labels, class_names)`: float32
+        arrays in [-1, 1]; labels and class names None for the seeded batch.
+
+    Raises:
+        ValueError: a source that is none of the above, or yields no images.
+    """
+    from keras_vit import data
+
+    height, width, channels = image_shape(model)
+    common = {"image_size": (height, width), "channels": channels, "batch_size": 64}
+    if source is None:
+        rng = np.random.default_rng(0)
+        images = rng.uniform(-1, 1, (SEEDED_SAMPLES, height, width, channels)).astype("float32")
+        return images, images, None, None
+    if source == "digits":
+        calibration, held_out = data.digits("train", **common), data.digits("validation", **common)
+    elif os.path.isdir(str(source)):
+        split = {"validation_split": 0.2, "seed": 0, "directory": source}
+        calibration = data.from_directory(subset="training", shuffle=False, **split, **common)
+        held_out = data.from_directory(subset="validation", **split, **common)
+    elif isinstance(source, str) and "/" not in source and not source.startswith("."):
+        calibration = data.from_tfds(source, split="train", **common)
+        held_out = data.from_tfds(source, split="test", **common)
+    else:
+        raise ValueError(
+            f"calibration data must be 'digits', an existing image folder or a TFDS name. Received: {source!r}"
+        )
+    cal = _take(calibration, max_samples)[0]
+    eval_images, eval_labels = _take(held_out, max_samples)
+    if len(cal) == 0 or len(eval_images) == 0:
+        raise ValueError(f"the data source {source!r} yielded no images")
+    return cal, eval_images, eval_labels, held_out.class_names
+
+
+def _take(dataset, limit):
+    images, labels, count = [], [], 0
+    for x, y in dataset:
+        images.append(x.numpy())
+        labels.append(y.numpy())
+        count += len(x)
+        if count >= limit:
+            break
+    if not images:
+        return np.zeros((0,)), np.zeros((0,), "int32")
+    return np.concatenate(images)[:limit], np.concatenate(labels)[:limit]
+
+
+def export_all(
+    model,
+    output_dir,
+    formats=FORMATS,
+    quantizations=QUANTIZATIONS,
+    calibration_data=None,
+    labels=None,
+    include_preprocessing=False,
+    int8_io_type="float32",
+    opset=17,
+    overwrite=False,
+    measure_latency=True,
+):
+    """Exports, verifies and writes every requested artifact plus `report.json`.
+
+    Each artifact is written into a hidden staging folder inside
+    `output_dir`, verified in its own runtime against the Keras model (see
+    `export.verify`), and only then moved to its final name
+    (`saved_model/`, `model_{quantization}.tflite`, `model.onnx`). A failed
+    artifact is deleted; the others still land; `report.json` records all.
+
+    Args:
+        model: a built keras_vit model.
+        output_dir: folder for the artifacts.
+        formats: list or comma string of "saved_model", "tflite", "onnx".
+        quantizations: TFLite modes, of `export.tflite.QUANTIZATIONS`.
+        calibration_data: None, "digits", an image folder or a TFDS name
+            (see `load_data`); its held-out split is used for verification.
+        labels: class names (list) or a labels file path (one per line) for
+            the TFLite metadata; default: the data set's class names, or
+            "0".."n-1".
+        include_preprocessing: bool; artifacts take raw pixels in [0, 255].
+        int8_io_type: "float32", "int8" or "uint8" for the int8 file.
+        opset: ONNX opset, default 17.
+        overwrite: bool; replace existing artifacts of the same names.
+        measure_latency: bool; batch-1 latency per artifact.
+
+    Returns:
+        The report dict (also written to `output_dir/report.json`).
+
+    Raises:
+        ValueError: an unknown format or quantization, a bad labels list.
+        FileExistsError: an artifact or report already exists and
+            `overwrite` is False (checked before any work).
+        VerificationError: after writing the report, if any artifact failed.
+    """
+    formats = parse_list(formats, FORMATS, "format")
+    quantizations = parse_list(quantizations, QUANTIZATIONS, "quantization") if "tflite" in formats else []
+    for q in quantizations:
+        check_quantization(q, int8_io_type if q == "int8" else "float32")
+    planned = [(f, q) for f in formats for q in (quantizations if f == "tflite" else ["float32"])]
+    targets = [os.path.join(output_dir, artifact_file(f, q)) for f, q in planned]
+    for path in [*targets, os.path.join(output_dir, "report.json")]:
+        _files.check_target(path, overwrite)
+
+    calibration, eval_images, eval_labels, class_names = load_data(calibration_data, model)
+    classes = int(model.output_shape[-1])
+    label_names = _label_names(labels, class_names, classes)
+    raw = lambda x: (x + 1.0) * 127.5 if include_preprocessing else x  # noqa: E731
+
+    from export.onnx import export_onnx
+    from export.saved_model import export_saved_model
+    from export.tflite import export_tflite
+
+    os.makedirs(output_dir, exist_ok=True)
+    stage = tempfile.mkdtemp(dir=output_dir, prefix=".tmp-export-")
+    try:
+        artifacts, errors = [], []
+        for (fmt, q), target in zip(planned, targets):
+            name = artifact_file(fmt, q)
+            staged_path = os.path.join(stage, name)
+            print(f"exporting {name} ...", flush=True)
+            try:
+                if fmt == "saved_model":
+                    export_saved_model(model, staged_path, include_preprocessing)
+                elif fmt == "onnx":
+                    export_onnx(model, staged_path, opset, include_preprocessing)
+                else:
+                    export_tflite(
+                        model,
+                        staged_path,
+                        quantization=q,
+                        representative_data=raw(calibration) if q == "int8" else None,
+                        io_type=int8_io_type if q == "int8" else "float32",
+                        metadata={"labels": label_names},
+                        include_preprocessing=include_preprocessing,
+                    )
+            except RuntimeError as e:  # a converter wrote something broken: verification of it has failed
+                errors.append({"name": name, "format": fmt, "quantization": q, "passed": False, "failures": [str(e)]})
+                continue
+            artifacts.append(Artifact(name, fmt, staged_path, q, include_preprocessing))
+
+        print(f"verifying {len(artifacts)} artifacts on {len(eval_images)} images ...", flush=True)
+        results = verify(model, artifacts, eval_images, eval_labels, raise_on_failure=False, measure_latency=measure_latency)
+        for row in results:
+            final = os.path.join(output_dir, row["name"])
+            if row["passed"]:
+                _files.promote(row["path"], final, overwrite)
+            row["path"] = final if row["passed"] else None
+        results += errors
+        report = {
+            "model": model.name,
+            "input_shape": list(image_shape(model)),
+            "classes": classes,
+            "include_preprocessing": include_preprocessing,
+            "calibration_data": calibration_data,
+            "num_verification_images": int(len(eval_images)),
+            "labelled": eval_labels is not None,
+            "artifacts": results,
+        }
+        with _files.staged(os.path.join(output_dir, "labels.txt"), overwrite=True) as tmp:
+            with open(tmp, "w") as f:
+                f.write("\n".join(label_names) + "\n")
+        with _files.staged(os.path.join(output_dir, "report.json"), overwrite=True) as tmp:
+            with open(tmp, "w") as f:
+                json.dump(report, f, indent=2)
+    finally:
+        _files.remove(stage)
+    failed = [f"{r['name']}: {'; '.join(r['failures'])}" for r in results if not r["passed"]]
+    if failed:
+        raise VerificationError("verification failed for " + " | ".join(failed))
+    return report
+
+
+def _label_names(labels, class_names, classes):
+    if labels is None:
+        labels = class_names or [str(i) for i in range(classes)]
+    elif isinstance(labels, (str, os.PathLike)):
+        if not os.path.isfile(labels):
+            raise ValueError(f"labels file not found: {labels!r}")
+        with open(labels) as f:
+            labels = [line.strip() for line in f if line.strip()]
+    labels = list(labels)
+    if len(labels) != classes:
+        raise ValueError(f"the model has {classes} classes but {len(labels)} labels were given")
+    return labels
+
+
+def format_table(report):
+    """The report as a Markdown table: artifact, size, max |diff|, cosine, top-1 agreement, accuracy, latency."""
+    head = "| artifact | size MB | max abs diff | cosine | top-1 agreement | accuracy (keras) | latency ms (batch 1) | passed |"
+    rows = [head, "|" + "---|" * 8]
+    for r in report["artifacts"]:
+        acc = "-" if "accuracy" not in r else f"{r['accuracy']:.4f} ({r['keras_accuracy']:.4f})"
+        fmt = lambda key, spec: format(r[key], spec) if key in r else "-"  # noqa: E731
+        rows.append(
+            f"| {r['name']} | {fmt('size_mb', '.3f')} | {fmt('max_abs_diff', '.2e')} | {fmt('cosine', '.6f')} | "
+            f"{fmt('top1_agreement', '.4f')} | {acc} | {fmt('latency_ms_batch1', '.3f')} | {'yes' if r['passed'] else 'NO'} |"
+        )
+    return "\n".join(rows)

@@ -1,0 +1,220 @@
+"""TFLite export: float32, float16, dynamic-range int8 and full-integer int8."""
+
+import os
+import tempfile
+
+import numpy as np
+
+from export import _files
+from export.signature import image_shape, write_saved_model
+
+QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8")
+IO_TYPES = ("float32", "int8", "uint8")
+# Modes TensorFlow 2.21's converter offers that this stack cannot produce for a ViT, with the reason.
+# Measured here: converting the demo ViT with EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+# fails with "Quantization to 16x8-bit not yet supported for op: 'NEG'".
+_16X8 = "TensorFlow 2.21's 16x8 quantizer fails on the ViT graph ('Quantization to 16x8-bit not yet supported for op: NEG')"
+REFUSED = {"int16x8": _16X8, "16x8": _16X8}
+DEFAULT_CALIBRATION_STEPS = 200
+
+
+def check_quantization(quantization, io_type="float32"):
+    """Raises ValueError for an unknown or refused mode, before any conversion starts."""
+    if quantization in REFUSED:
+        raise ValueError(f"quantization={quantization!r} is refused: {REFUSED[quantization]}. Use one of {QUANTIZATIONS}")
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"`quantization` must be one of {', '.join(QUANTIZATIONS)}. Received: quantization={quantization!r}")
+    if io_type not in IO_TYPES:
+        raise ValueError(f"`io_type` must be one of {', '.join(IO_TYPES)}. Received: io_type={io_type!r}")
+    if io_type != "float32" and quantization != "int8":
+        raise ValueError(
+            f"io_type={io_type!r} needs quantization='int8' (full-integer); "
+            f"Received: quantization={quantization!r}"
+        )
+
+
+def representative_samples(data, shape, include_preprocessing=False, max_samples=DEFAULT_CALIBRATION_STEPS):
+    """Returns up to `max_samples` calibration images as float32 `(n, *shape)`.
+
+    Args:
+        data: a `tf.data.Dataset` (batched or not; `(images, labels)` or
+            images), a NumPy array `(n, height, width, channels)`, or the
+            path of an image folder (one sub-folder per class, read through
+            `keras_vit.data.from_directory`). Images must be scaled as the
+            artifact's input expects: [-1, 1], or [0, 255] with
+            `include_preprocessing=True` (an image folder is scaled for you).
+        shape: (height, width, channels) of the model input.
+
+    Raises:
+        ValueError: no images, or images of another shape.
+    """
+    import tensorflow as tf
+
+    if isinstance(data, (str, os.PathLike)):
+        from keras_vit import data as kv_data
+
+        data = kv_data.from_directory(data, image_size=shape[:2], channels=shape[2], batch_size=32)
+        if include_preprocessing:
+            data = data.map(lambda x, y: ((x + 1.0) * 127.5, y))
+    if isinstance(data, tf.data.Dataset):
+        chunks, count = [], 0
+        for element in data:
+            images = element[0] if isinstance(element, (tuple, list)) else element
+            images = np.asarray(images, dtype="float32")
+            if images.ndim == len(shape):
+                images = images[None]
+            chunks.append(images)
+            count += len(images)
+            if count >= max_samples:
+                break
+        samples = np.concatenate(chunks) if chunks else np.zeros((0, *shape), "float32")
+    else:
+        samples = np.asarray(data, dtype="float32")
+        if samples.ndim == len(shape):
+            samples = samples[None]
+    samples = samples[:max_samples]
+    if len(samples) == 0:
+        raise ValueError("the representative (calibration) data set is empty; int8 calibration needs images")
+    if samples.shape[1:] != tuple(shape):
+        raise ValueError(
+            f"calibration images must have shape (n, {', '.join(map(str, shape))}). "
+            f"Received: images of shape {samples.shape}"
+        )
+    return samples
+
+
+def export_tflite(
+    model,
+    path,
+    quantization="float32",
+    representative_data=None,
+    io_type="float32",
+    metadata=None,
+    include_preprocessing=False,
+    batch_size=None,
+    overwrite=False,
+    progress=True,
+):
+    """Converts `model` to a `.tflite` file with builtin ops only.
+
+    Route (TRAPS.md): Keras' `ExportArchive` writes a SavedModel, then
+    `tf.lite.TFLiteConverter.from_saved_model` converts it. By default the
+    batch is dynamic: the input is `(1, h, w, c)` and can be resized to any
+    batch with `resize_tensor_input`. `batch_size=1` fixes it, which keeps
+    the graph in fewer XNNPACK partitions (TRAPS.md: a dynamic batch cost
+    about 5% latency) but cannot be resized. The file is loaded in LiteRT (`ai_edge_litert`) and its op
+    list checked: a Select-TF (Flex) or custom op makes the export fail.
+
+    Quantisation modes (TensorFlow's post-training quantisation):
+        "float32": no quantisation.
+        "float16": float16 weights, float32 compute and I/O.
+        "dynamic_int8": int8 weights, activations quantised on the fly.
+        "int8": full-integer int8, calibrated on `representative_data`;
+            `io_type` "float32" (quantize/dequantize in the graph), "int8"
+            or "uint8" input and output.
+    "int16x8" and "16x8" are refused with a ValueError (see `REFUSED`).
+
+    Args:
+        model: a built keras_vit model.
+        path: `.tflite` file to write (temporary name, then moved).
+        quantization: one of `QUANTIZATIONS`.
+        representative_data: calibration images for "int8"; see
+            `representative_samples` (tf.data, NumPy or image folder).
+        io_type: "float32" (default), "int8" or "uint8" (int8 only).
+        metadata: None, or a dict for `export.metadata.write_metadata`
+            (key `labels`: the list of class names).
+        include_preprocessing: bool; True: the input is raw pixels in
+            [0, 255] and the scaling is in the graph.
+        batch_size: None (default, dynamic batch) or 1 (fixed batch 1).
+        overwrite: bool, replace an existing `path`.
+        progress: bool, show a Keras progress bar while calibrating.
+
+    Returns:
+        `path`.
+
+    Raises:
+        ValueError: unknown or refused quantization or io_type; "int8"
+            without, or with empty, representative data.
+        FileExistsError: `path` exists and `overwrite` is False.
+        RuntimeError: the conversion fails, or the converted file uses
+            non-builtin (Flex/custom) ops or does not load in LiteRT; nothing
+            is left at `path`.
+    """
+    import tensorflow as tf
+
+    check_quantization(quantization, io_type)
+    if batch_size not in (None, 1):
+        raise ValueError(f"`batch_size` must be None (dynamic) or 1. Received: batch_size={batch_size!r}")
+    shape = image_shape(model)
+    samples = None
+    if quantization == "int8":
+        if representative_data is None:
+            raise ValueError("quantization='int8' needs representative_data (calibration images)")
+        samples = representative_samples(representative_data, shape, include_preprocessing)
+    _files.check_target(path, overwrite)
+
+    with tempfile.TemporaryDirectory(prefix="keras_vit_tflite_") as work:
+        saved_model_dir = os.path.join(work, "saved_model")
+        write_saved_model(model, saved_model_dir, include_preprocessing, batch_size)
+        converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
+        if quantization == "float16":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.target_spec.supported_types = [tf.float16]
+        elif quantization == "dynamic_int8":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        elif quantization == "int8":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.representative_dataset = _calibration_generator(samples, progress)
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            if io_type != "float32":
+                converter.inference_input_type = getattr(tf, io_type)
+                converter.inference_output_type = getattr(tf, io_type)
+        try:
+            content = converter.convert()
+        except Exception as e:  # ConverterError and friends: the graph has no builtin-only form
+            raise RuntimeError(f"{path}: TFLite conversion with builtin ops only failed: {str(e)[:500]}") from None
+
+    check_builtin_ops(content, path)
+    if metadata is not None:
+        from export.metadata import write_metadata
+
+        content = write_metadata(content, include_preprocessing=include_preprocessing, **metadata)
+    with _files.staged(path, overwrite) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(content)
+    return path
+
+
+def _calibration_generator(samples, progress):
+    def generate():
+        bar = None
+        if progress:
+            import keras
+
+            bar = keras.utils.Progbar(len(samples), unit_name="calibration image")
+        for i in range(len(samples)):
+            yield [samples[i : i + 1]]
+            if bar is not None:
+                bar.update(i + 1)
+
+    return generate
+
+
+def op_names(content):
+    """Returns the set of op names of a `.tflite` flatbuffer, read by LiteRT."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    return {op["op_name"] for op in interpreter._get_ops_details()}
+
+
+def check_builtin_ops(content, name="model"):
+    """Raises RuntimeError if the flatbuffer has Flex/custom ops or does not load in LiteRT."""
+    try:
+        names = op_names(content)
+    except Exception as e:  # LiteRT refuses the file: report it, keep nothing
+        raise RuntimeError(f"{name}: LiteRT cannot load the converted file: {e}") from None
+    bad = sorted(n for n in names if n.startswith("Flex") or n in ("CUSTOM", "DELEGATE"))
+    if bad:
+        raise RuntimeError(f"{name}: non-builtin TFLite ops {bad}; phones' LiteRT runtimes cannot run them")
+    return names

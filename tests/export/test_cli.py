@@ -1,0 +1,105 @@
+"""keras-vit-export end to end, and its answers to bad input."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import importlib
+
+from export import __main__ as cli
+
+verify_module = importlib.import_module("export.verify")  # the package's `verify` attribute is the function
+
+pytestmark = pytest.mark.export
+
+EXPECTED = ["labels.txt", "model.onnx", "model_dynamic_int8.tflite", "model_float16.tflite", "model_float32.tflite",
+            "model_int8.tflite", "report.json", "saved_model"]
+
+
+def test_end_to_end_on_digits(trained_vit, tmp_path, capsys):
+    out = tmp_path / "export"
+    assert cli.main([trained_vit[1], "--calibration-data", "digits", "--output-dir", str(out)]) == 0
+    assert sorted(os.listdir(out)) == EXPECTED
+    report = json.loads((out / "report.json").read_text())
+    assert report["num_verification_images"] == 360 and report["labelled"]
+    rows = {r["name"]: r for r in report["artifacts"]}
+    assert set(rows) == set(EXPECTED) - {"labels.txt", "report.json"}
+    assert all(r["passed"] for r in rows.values())
+    for name in ("saved_model", "model_float32.tflite", "model.onnx"):
+        assert rows[name]["max_abs_diff"] <= 1e-4
+    assert (out / "labels.txt").read_text().split() == [str(d) for d in range(10)]
+    table = capsys.readouterr().out
+    assert "| artifact | size MB | max abs diff | cosine | top-1 agreement |" in table
+    assert "| model_int8.tflite |" in table
+
+
+def test_subset_with_preprocessing_and_seeded_batch(trained_vit, tmp_path):
+    out = tmp_path / "export"
+    args = [trained_vit[1], "--formats", "tflite,onnx", "--quantization", "float32", "--include-preprocessing",
+            "--output-dir", str(out), "--no-latency"]
+    assert cli.main(args) == 0
+    assert sorted(os.listdir(out)) == ["labels.txt", "model.onnx", "model_float32.tflite", "report.json"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["include_preprocessing"] and not report["labelled"] and report["num_verification_images"] == 64
+
+
+def test_failed_verification_exits_1_names_artifact_and_leaves_no_file(trained_vit, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(verify_module.TOLERANCES, "float16", {"top1_agreement": 1.01})
+    out = tmp_path / "export"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([trained_vit[1], "--formats", "tflite", "--quantization", "float32,float16", "--output-dir", str(out), "--no-latency"])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert "model_float16.tflite: top1_agreement = 1 (needs >= 1.01)" in err
+    assert sorted(os.listdir(out)) == ["labels.txt", "model_float32.tflite", "report.json"]
+    report = json.loads((out / "report.json").read_text())
+    assert [r["passed"] for r in report["artifacts"]] == [True, False]
+
+
+def _plain_keras_file(tmp_path):
+    inputs = keras.Input((16, 16, 3))
+    model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(inputs)))
+    path = tmp_path / "plain.keras"
+    model.save(path)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "make_args,message",
+    [
+        (lambda m, t: [str(t / "missing.keras")], "model file not found"),
+        (lambda m, t: [_plain_keras_file(t)], "without keras_vit's PatchEncoder: not a keras_vit ViT"),
+        (lambda m, t: [m, "--formats", "tflite,coreml"], "unknown format 'coreml'; choose from saved_model, tflite, onnx"),
+        (lambda m, t: [m, "--quantization", "int4"], "`quantization` must be one of float32, float16, dynamic_int8, int8. Received: quantization='int4'"),
+        (lambda m, t: [m, "--quantization", "int16x8"], "quantization='int16x8' is refused"),
+        (lambda m, t: [m, "--formats", ""], "`format` is empty"),
+        (lambda m, t: [m, "--calibration-data", str(t / "empty_folder")], "No images found in directory"),
+        (lambda m, t: [m, "--calibration-data", "./nope"], "calibration data must be 'digits', an existing image folder or a TFDS name"),
+        (lambda m, t: [m, "--labels", str(t / "nolabels.txt")], "labels file not found"),
+    ],
+)
+def test_bad_input_exits_2_with_message_and_writes_nothing(trained_vit, tmp_path, capsys, make_args, message):
+    (tmp_path / "empty_folder" / "a").mkdir(parents=True)
+    out = tmp_path / "export"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*make_args(trained_vit[1], tmp_path), "--output-dir", str(out), "--no-latency"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists() or not os.listdir(out)
+
+
+def test_existing_output_needs_overwrite(trained_vit, tmp_path, capsys):
+    out = tmp_path / "export"
+    out.mkdir()
+    (out / "model.onnx").write_bytes(b"earlier")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([trained_vit[1], "--formats", "onnx", "--output-dir", str(out)])
+    assert exit_info.value.code == 2
+    assert "model.onnx exists; pass overwrite=True (--overwrite)" in capsys.readouterr().err
+    assert (out / "model.onnx").read_bytes() == b"earlier"
+    assert cli.main([trained_vit[1], "--formats", "onnx", "--output-dir", str(out), "--overwrite", "--no-latency"]) == 0
+    assert (out / "model.onnx").read_bytes()[:4] != b"earl"

@@ -1,0 +1,39 @@
+"""`make demo` as the README states it: train on digits, export everything, verify, meet the quality bars."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.export]
+
+
+def run(args, timeout):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_demo_meets_the_readme_quality_bars(tmp_path):
+    out = tmp_path / "demo"
+    run(["-m", "keras_vit.train", "--output-dir", str(out), "--verbose", "0"], timeout=1200)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["accuracy"] >= 0.97, metrics  # README: at least 97% held-out accuracy
+
+    table = run(["-m", "export", str(out / "model.keras"), "--calibration-data", "digits", "--output-dir", str(out / "export")], timeout=900)
+    assert "| model_int8.tflite |" in table
+    report = json.loads((out / "export" / "report.json").read_text())
+    rows = {r["name"]: r for r in report["artifacts"]}
+    assert report["num_verification_images"] == 360 and all(r["passed"] for r in rows.values())
+    for name in ("saved_model", "model_float32.tflite", "model.onnx"):
+        assert rows[name]["max_abs_diff"] <= 1e-4, rows[name]
+    assert rows["model_float16.tflite"]["top1_agreement"] >= 0.99
+    assert rows["model_dynamic_int8.tflite"]["top1_agreement"] >= 0.98
+    int8 = rows["model_int8.tflite"]
+    assert int8["top1_agreement"] >= 0.97 and int8["accuracy_drop"] < 0.02, int8
+    float32_size = rows["model_float32.tflite"]["size_mb"]
+    for name in ("model_int8.tflite", "model_dynamic_int8.tflite"):
+        assert rows[name]["size_mb"] <= 0.3 * float32_size, (name, rows[name]["size_mb"], float32_size)
