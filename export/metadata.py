@@ -18,22 +18,26 @@ LABEL_FILE = "labels.txt"
 
 def _modules():
     import tensorflow  # noqa: F401  (must come first, TRAPS.md)
+    from tensorflow_lite_support.metadata import metadata_schema_py_generated as schema
     from tensorflow_lite_support.metadata.python import metadata
-    from tensorflow_lite_support.metadata.python.metadata_writers import image_classifier
+    from tensorflow_lite_support.metadata.python.metadata_writers import image_classifier, metadata_info, writer_utils
 
-    return image_classifier, metadata
+    return image_classifier, metadata, metadata_info, writer_utils, schema
 
 
 def write_metadata(content, labels, include_preprocessing=False):
     """Returns `content` (a .tflite flatbuffer) with image-classifier metadata.
 
-    Written with `image_classifier.MetadataWriter.create_for_inference`:
-    input normalization mean 127.5, std 127.5 (the `preprocess_input`
-    scaling; mean 0, std 1 when the scaling is inside the graph), the input
-    size taken from the model, and `labels.txt` packed into the file.
+    Built with tflite-support's `image_classifier.MetadataWriter` from its
+    metadata-info classes, as `create_for_inference` does, plus the input
+    size: input normalization mean 127.5, std 127.5 (the `preprocess_input`
+    scaling; mean 0, std 1 when the scaling is inside the graph), RGB colour
+    space, `ImageProperties.default_size` = the model's width and height,
+    and `labels.txt` packed into the file as the output's label file.
 
     Args:
-        content: bytes of a .tflite model with one image input.
+        content: bytes of a .tflite model with one (1, height, width, 3)
+            image input and one (1, classes) output.
         labels: list of class names, one per model output.
         include_preprocessing: bool, whether the graph scales raw pixels.
 
@@ -42,14 +46,42 @@ def write_metadata(content, labels, include_preprocessing=False):
     """
     if not labels or not all(isinstance(label, str) for label in labels):
         raise ValueError(f"`labels` must be a non-empty list of class names. Received: labels={labels!r}")
-    image_classifier, _ = _modules()
+    image_classifier, _, metadata_info, writer_utils, schema = _modules()
     mean, std = (0.0, 1.0) if include_preprocessing else (NORM_MEAN, NORM_STD)
+    buffer = bytearray(content)
+    _, height, width, _ = writer_utils.get_input_tensor_shape(buffer, 0)
+
+    class SizedImageMd(metadata_info.InputImageTensorMd):
+        def create_metadata(self):
+            tensor = super().create_metadata()
+            size = schema.ImageSizeT()
+            size.width, size.height = int(width), int(height)
+            tensor.content.contentProperties.defaultSize = size
+            return tensor
+
+    input_md = SizedImageMd(
+        name=image_classifier.INPUT_NAME,
+        description=f"RGB image, {width}x{height} pixels; (x - {mean}) / {std} is applied by the app",
+        norm_mean=[mean],
+        norm_std=[std],
+        color_space_type=schema.ColorSpaceType.RGB,
+        tensor_type=writer_utils.get_input_tensor_types(buffer)[0],
+    )
     with tempfile.TemporaryDirectory(prefix="keras_vit_labels_") as work:
         label_path = os.path.join(work, LABEL_FILE)
         with open(label_path, "w") as f:
             f.write("\n".join(labels) + "\n")
-        writer = image_classifier.MetadataWriter.create_for_inference(
-            bytes(content), input_norm_mean=[mean], input_norm_std=[std], label_file_paths=[label_path]
+        output_md = metadata_info.ClassificationTensorMd(
+            name=image_classifier.OUTPUT_NAME,
+            description="scores of the classes in labels.txt (the Keras model's outputs)",
+            label_files=[metadata_info.LabelFileMd(file_path=label_path)],
+            tensor_type=writer_utils.get_output_tensor_types(buffer)[0],
+        )
+        general_md = metadata_info.GeneralMd(
+            name="keras_vit Vision Transformer", description="Image classifier (arXiv:2010.11929) exported by keras_vit"
+        )
+        writer = image_classifier.MetadataWriter.create_from_metadata_info(
+            buffer, general_md=general_md, input_md=input_md, output_md=output_md
         )
         return writer.populate()
 
@@ -61,7 +93,7 @@ def read_metadata(content_or_path):
         A dict with `metadata` (the parsed metadata JSON), `labels` (from the
         packed label file, or None), and `associated_files`.
     """
-    _, metadata = _modules()
+    _, metadata, _, _, _ = _modules()
     if isinstance(content_or_path, (str, os.PathLike)):
         displayer = metadata.MetadataDisplayer.with_model_file(str(content_or_path))
     else:

@@ -34,8 +34,7 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
         RuntimeError: the converted graph has non-standard ops or
             onnxruntime refuses it; nothing is left at `path`.
     """
-    if isinstance(opset, bool) or not isinstance(opset, int) or not 13 <= opset <= 18:
-        raise ValueError(f"`opset` must be an int in [13, 18] (tf2onnx 1.17). Received: opset={opset!r}")
+    check_opset(opset)
     image_shape(model)
     _files.check_target(path, overwrite)
     import tf2onnx
@@ -49,6 +48,12 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
         with open(tmp, "wb") as f:
             f.write(content)
     return path
+
+
+def check_opset(opset):
+    """Raises ValueError unless `opset` is an int in [13, 18], the range tf2onnx 1.17 writes."""
+    if isinstance(opset, bool) or not isinstance(opset, int) or not 13 <= opset <= 18:
+        raise ValueError(f"`opset` must be an int in [13, 18] (tf2onnx 1.17). Received: opset={opset!r}")
 
 
 def _rename_output(proto, name):

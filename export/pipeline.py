@@ -7,6 +7,7 @@ import tempfile
 import numpy as np
 
 from export import _files
+from export.onnx import check_opset
 from export.signature import image_shape
 from export.tflite import QUANTIZATIONS, check_quantization
 from export.verify import Artifact, VerificationError, verify
@@ -152,6 +153,8 @@ def export_all(
     quantizations = parse_list(quantizations, QUANTIZATIONS, "quantization") if "tflite" in formats else []
     for q in quantizations:
         check_quantization(q, int8_io_type if q == "int8" else "float32")
+    if "onnx" in formats:
+        check_opset(opset)
     planned = [(f, q) for f in formats for q in (quantizations if f == "tflite" else ["float32"])]
     targets = [os.path.join(output_dir, artifact_file(f, q)) for f, q in planned]
     for path in [*targets, os.path.join(output_dir, "report.json")]:

@@ -235,14 +235,22 @@ def from_tfds(
         A `tf.data.Dataset` of `(images, labels)` with `.class_names`.
 
     Raises:
-        ValueError: a bad pipeline argument. TFDS' own errors (unknown name,
-            data not prepared) pass through unchanged.
+        ValueError: a bad pipeline argument, or TFDS cannot load the data
+            (unknown name or split, data not prepared in `data_dir`); the
+            message names the data set, split and folder.
     """
     import tensorflow_datasets as tfds
 
-    raw, info = tfds.load(
-        name, split=split, data_dir=data_dir, as_supervised=True, with_info=True, download=download
-    )
+    try:
+        raw, info = tfds.load(
+            name, split=split, data_dir=data_dir, as_supervised=True, with_info=True, download=download
+        )
+    except Exception as e:  # unknown name, data not prepared, bad split: say which, without TFDS' traceback
+        where = data_dir or "TFDS' default folder (~/tensorflow_datasets)"
+        raise ValueError(
+            f"cannot load TFDS data set name={name!r}, split={split!r} from {where} "
+            f"(download={download}): {type(e).__name__}: {str(e)[:300]}"
+        ) from None
     label = info.features["label"]
     class_names = list(label.names) if hasattr(label, "names") else None
     count = None

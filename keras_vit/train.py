@@ -28,7 +28,7 @@ DEFAULTS = {
     "hidden_size": 128,
     "num_layers": 4,
     "num_heads": 4,
-    "mlp_dim": 256,
+    "mlp_dim": 512,
 }
 
 
@@ -58,7 +58,7 @@ def build_parser():
     m.add_argument("--stochastic-depth-rate", type=float, default=0.0)
 
     t = p.add_argument_group("training")
-    t.add_argument("--epochs", type=int, default=60)
+    t.add_argument("--epochs", type=int, default=100)
     t.add_argument("--batch-size", type=int, default=64)
     t.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     t.add_argument("--learning-rate", type=float, default=2e-3)

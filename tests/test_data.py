@@ -124,3 +124,10 @@ def test_from_tfds_with_mock_data():
     assert [int(x.shape[0]) for x, _ in batches] == [4, 4, 2]
     x, y = batches[0]
     assert x.shape == (4, 16, 16, 3) and y.dtype == tf.int32
+
+
+def test_from_tfds_data_not_prepared(tmp_path):
+    with pytest.raises(ValueError, match=r"cannot load TFDS data set name='mnist', split='train' from .*empty_tfds"):
+        data.from_tfds("mnist", split="train", image_size=16, data_dir=str(tmp_path / "empty_tfds"))
+    with pytest.raises(ValueError, match=r"cannot load TFDS data set name='no_such_dataset_xyz'"):
+        data.from_tfds("no_such_dataset_xyz", split="train", image_size=16)

@@ -79,6 +79,7 @@ def _plain_keras_file(tmp_path):
         (lambda m, t: [m, "--calibration-data", str(t / "empty_folder")], "No images found in directory"),
         (lambda m, t: [m, "--calibration-data", "./nope"], "calibration data must be 'digits', an existing image folder or a TFDS name"),
         (lambda m, t: [m, "--labels", str(t / "nolabels.txt")], "labels file not found"),
+        (lambda m, t: [m, "--opset", "11"], "`opset` must be an int in [13, 18] (tf2onnx 1.17). Received: opset=11"),
     ],
 )
 def test_bad_input_exits_2_with_message_and_writes_nothing(trained_vit, tmp_path, capsys, make_args, message):

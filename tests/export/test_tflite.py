@@ -64,7 +64,10 @@ def test_sizes_shrink_with_quantization(trained_vit, tmp_path):
 def test_int8_integer_io(trained_vit, tmp_path, io_type, dtype):
     model, _, images, _ = trained_vit
     path = str(tmp_path / "int.tflite")
-    export_tflite(model, path, quantization="int8", representative_data=images, io_type=io_type, progress=False)
+    labels = [str(d) for d in range(10)]
+    export_tflite(model, path, quantization="int8", representative_data=images, io_type=io_type,
+                  metadata={"labels": labels}, progress=False)
+    assert read_metadata(path)["labels"] == labels
     interpreter = _tflite_interpreter(path)
     interpreter.allocate_tensors()
     assert interpreter.get_input_details()[0]["dtype"] == dtype
@@ -189,6 +192,8 @@ def test_metadata_round_trip(trained_vit, tmp_path):
     norm = [p for p in tensor["process_units"] if p["options_type"] == "NormalizationOptions"][0]["options"]
     assert norm == {"mean": [127.5], "std": [127.5]}
     assert tensor["content"]["content_properties"]["color_space"] == "RGB"
+    assert tensor["content"]["content_properties"]["default_size"] == {"width": 16, "height": 16}
+    assert info["metadata"]["name"] == "keras_vit Vision Transformer"
     assert "GELU" in op_names(open(path, "rb").read())  # metadata did not break the model
     np.testing.assert_allclose(_run_tflite(path, trained_vit[2][:2]), model.predict(trained_vit[2][:2], verbose=0), atol=1e-4)
 
