@@ -37,7 +37,8 @@ def main(argv=None):
     )
     steps = args.epochs * int(train.cardinality())
     training.compile_model(model, total_steps=steps, learning_rate=1e-3, warmup_steps=steps // 10, label_smoothing=0.1)
-    history = model.fit(train, validation_data=val, epochs=args.epochs, verbose=2)
+    # shuffle=False: the pipeline already shuffles (Keras' own shuffle does not apply to tf.data).
+    history = model.fit(train, validation_data=val, epochs=args.epochs, verbose=2, shuffle=False)
     model.save(args.output)
     print(f"held-out accuracy {history.history['val_accuracy'][-1]:.3f}; saved {args.output}")
     return history

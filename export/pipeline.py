@@ -225,7 +225,11 @@ def export_all(
         _files.remove(stage)
     failed = [f"{r['name']}: {'; '.join(r['failures'])}" for r in results if not r["passed"]]
     if failed:
-        raise VerificationError("verification failed for " + " | ".join(failed))
+        hint = ""
+        if calibration_data is None:
+            hint = (" (calibrated and verified on a seeded batch of random noise, where quantised models "
+                    "often flip near-tied decisions; give real images with calibration_data / --calibration-data)")
+        raise VerificationError("verification failed for " + " | ".join(failed) + hint)
     return report
 
 

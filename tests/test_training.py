@@ -73,6 +73,7 @@ class NoXLA(keras.layers.Layer):
         return x
 
 
+@pytest.mark.filterwarnings("ignore:Model doesn't support")
 def test_silent_xla_fallback_is_an_error():
     inputs = keras.Input((4,))
     model = keras.Model(inputs, keras.layers.Dense(2)(NoXLA()(inputs)))
