@@ -20,8 +20,8 @@ class Patches(keras.layers.Layer):
     layer with that kernel reshaped to (P * P * C, D).
 
     Built from one reshape, a rank-4 transpose and one reshape, never from
-    `tf.image.extract_patches` (whose gradient fails under XLA and which
-    TFLite and tf2onnx cannot convert). The batch dimension may be unknown.
+    TensorFlow's image patch-extraction op (its gradient fails under XLA,
+    and TFLite and tf2onnx cannot convert it; TRAPS.md). The batch dimension may be unknown.
 
     Args:
         patch_size: int >= 1, the patch side P in pixels.
