@@ -163,7 +163,8 @@ def export_all(
     calibration, eval_images, eval_labels, class_names = load_data(calibration_data, model)
     classes = int(model.output_shape[-1])
     label_names = _label_names(labels, class_names, classes)
-    raw = lambda x: (x + 1.0) * 127.5 if include_preprocessing else x  # noqa: E731
+    if include_preprocessing:  # the artifacts take raw pixels: calibrate them on raw pixels too
+        calibration = (calibration + 1.0) * 127.5
 
     from export.onnx import export_onnx
     from export.saved_model import export_saved_model
@@ -173,7 +174,7 @@ def export_all(
     stage = tempfile.mkdtemp(dir=output_dir, prefix=".tmp-export-")
     try:
         artifacts, errors = [], []
-        for (fmt, q), target in zip(planned, targets):
+        for fmt, q in planned:
             name = artifact_file(fmt, q)
             staged_path = os.path.join(stage, name)
             print(f"exporting {name} ...", flush=True)
@@ -187,7 +188,7 @@ def export_all(
                         model,
                         staged_path,
                         quantization=q,
-                        representative_data=raw(calibration) if q == "int8" else None,
+                        representative_data=calibration if q == "int8" else None,
                         io_type=int8_io_type if q == "int8" else "float32",
                         metadata={"labels": label_names},
                         include_preprocessing=include_preprocessing,
