@@ -21,7 +21,7 @@ $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet -e ".[export,test]"
-	# TRAPS.md: tflite-support pins protobuf<4, which would break TensorFlow; it goes in last, without its deps.
+	# docs/traps.md: tflite-support pins protobuf<4, which would break TensorFlow; it goes in last, without its deps.
 	$(PY) -m pip install --quiet --no-deps tflite-support==0.4.4
 	touch $(STAMP)
 

@@ -1,6 +1,6 @@
 """TFLite model metadata with tflite-support's metadata writers.
 
-TRAPS.md: tflite-support 0.4.4 pins protobuf<4, so it is installed with
+docs/traps.md: tflite-support 0.4.4 pins protobuf<4, so it is installed with
 `--no-deps`, and only its metadata modules are imported (after TensorFlow);
 its top-level package (the Task Library) does not import beside TF 2.21.
 Its extension needs the Debian package `libusb-1.0-0`.
@@ -17,7 +17,7 @@ LABEL_FILE = "labels.txt"
 
 
 def _modules():
-    import tensorflow  # noqa: F401  (must come first, TRAPS.md)
+    import tensorflow  # noqa: F401  (must come first, docs/traps.md)
     from tensorflow_lite_support.metadata import metadata_schema_py_generated as schema
     from tensorflow_lite_support.metadata.python import metadata
     from tensorflow_lite_support.metadata.python.metadata_writers import image_classifier, metadata_info, writer_utils

@@ -4,7 +4,7 @@ from export import _files
 from export.signature import INPUT_NAME, OUTPUT_NAME, image_shape, serving_function
 
 DEFAULT_OPSET = 17
-# TRAPS.md: tf2onnx leaves these when it cannot convert something; onnxruntime then refuses the file.
+# docs/traps.md: tf2onnx leaves these when it cannot convert something; onnxruntime then refuses the file.
 FORBIDDEN_OPS = ("Erfc", "PartitionedCall", "StatefulPartitionedCall")
 
 
@@ -12,7 +12,7 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
     """Converts `model` to an ONNX file with a dynamic batch.
 
     Converted with `tf2onnx.convert.from_function` from the serving function
-    (the route that works for Keras 3 models, TRAPS.md). The graph has input
+    (the route that works for Keras 3 models, docs/traps.md). The graph has input
     `images` float32 `(batch, height, width, channels)` (batch dynamic) and
     output `predictions` float32 `(batch, classes)`. It must pass
     `onnx.checker.check_model(full_check=True)` (standard ONNX ops only, no

@@ -7,7 +7,7 @@ from export.signature import INPUT_NAME, OUTPUT_NAME, image_shape, write_saved_m
 def export_saved_model(model, path, include_preprocessing=False, overwrite=False):
     """Writes `model` as a TensorFlow SavedModel folder at `path`.
 
-    Built with Keras' own `keras.export.ExportArchive` (TRAPS.md: wrapping a
+    Built with Keras' own `keras.export.ExportArchive` (docs/traps.md: wrapping a
     Keras 3 model in a `tf.Module` loses its weights in later conversions).
     The `serving_default` (and `serve`) signature takes `images`, float32
     `(batch, height, width, channels)` with a dynamic batch, and returns

@@ -36,7 +36,7 @@ def serving_function(model, include_preprocessing=False, batch_size=None):
         model: a built Keras model with one image input.
         include_preprocessing: bool; True: inputs are raw pixels in [0, 255].
         batch_size: None (dynamic batch) or a fixed int (1 for mobile
-            TFLite files, see TRAPS.md: a dynamic batch splits XNNPACK
+            TFLite files, see docs/traps.md: a dynamic batch splits XNNPACK
             partitions).
     """
     import tensorflow as tf
@@ -54,7 +54,7 @@ def serving_function(model, include_preprocessing=False, batch_size=None):
 def write_saved_model(model, directory, include_preprocessing=False, batch_size=None):
     """Writes the serving function as a SavedModel with Keras' `ExportArchive`.
 
-    TRAPS.md: a `tf.Module` wrapper or `from_concrete_functions` loses the
+    docs/traps.md: a `tf.Module` wrapper or `from_concrete_functions` loses the
     Keras 3 weights; `ExportArchive` tracks them. Signatures
     `serving_default` and `serve` are the same function.
     """

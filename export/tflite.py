@@ -97,11 +97,11 @@ def export_tflite(
 ):
     """Converts `model` to a `.tflite` file with builtin ops only.
 
-    Route (TRAPS.md): Keras' `ExportArchive` writes a SavedModel, then
+    Route (docs/traps.md): Keras' `ExportArchive` writes a SavedModel, then
     `tf.lite.TFLiteConverter.from_saved_model` converts it. By default the
     batch is dynamic: the input is `(1, h, w, c)` and can be resized to any
     batch with `resize_tensor_input`. `batch_size=1` fixes it, which keeps
-    the graph in fewer XNNPACK partitions (TRAPS.md: a dynamic batch cost
+    the graph in fewer XNNPACK partitions (docs/traps.md: a dynamic batch cost
     about 5% latency) but cannot be resized. The file is loaded in LiteRT (`ai_edge_litert`) and its op
     list checked: a Select-TF (Flex) or custom op makes the export fail.
 

@@ -14,10 +14,10 @@ import numpy as np
 # - float32: the same float32 maths, reordered by each runtime; on the demo ViT the measured
 #   max |diff| of logits is ~1e-6 (TFLite, ONNX, SavedModel), so 1e-4 leaves ample room and still
 #   catches a wrong weight, layout or GELU form (tanh vs exact differ by up to 4.7e-4 per activation).
-# - float16: weights rounded to 10-bit mantissas; TRAPS.md reports logit drift of 0.03-0.16 on
+# - float16: weights rounded to 10-bit mantissas; docs/traps.md reports logit drift of 0.03-0.16 on
 #   attention models, so only the decision is bounded: top-1 agreement >= 99%.
 # - dynamic_int8: int8 weights, activations quantised per batch at run time: top-1 agreement >= 98%.
-# - int8: full-integer; LayerNorm, Softmax and GELU are sensitive (TRAPS.md): top-1 agreement
+# - int8: full-integer; LayerNorm, Softmax and GELU are sensitive (docs/traps.md): top-1 agreement
 #   >= 97% and, with labels, an accuracy drop under 2 points.
 TOLERANCES = {
     "float32": {"max_abs_diff": 1e-4},

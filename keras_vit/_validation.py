@@ -4,11 +4,21 @@ Each raises `ValueError` naming the argument, the value received and what is
 allowed, before any TensorFlow op runs.
 """
 
+import numbers
+
+import numpy as np
+
+
+def is_int(value):
+    """True for Python and NumPy integers, False for bools and everything else."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
 
 def check_positive_int(name, value):
-    """Raises ValueError unless `value` is an int >= 1 (bool excluded)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """Returns `value` as an int if it is an integer >= 1 (NumPy ints too), else raises ValueError."""
+    if not is_int(value) or value < 1:
         raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
+    return int(value)
 
 
 def check_rate(name, value):

@@ -20,6 +20,7 @@ from keras_vit._validation import check_choice, check_positive_int
 from keras_vit.preprocessing import preprocess_input
 
 AUGMENTATIONS = (None, "crop", "crop_flip")
+IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
 DIGITS_VALIDATION_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0
 
@@ -114,15 +115,16 @@ def from_arrays(
             not for digits or text).
         seed: int or None, seed of the shuffle and the augmentation.
         class_names: optional list of names, stored as
-            `dataset.class_names`.
+            `dataset.class_names`; every label must index it.
 
     Returns:
         A `tf.data.Dataset` of `(images, labels)`, or of images when
         `labels` is None.
 
     Raises:
-        ValueError: images of the wrong rank or channel count, labels whose
-            length differs from the images', or a bad pipeline argument.
+        ValueError: images of the wrong rank or channel count; labels whose
+            length differs from the images', that are not integers, are
+            negative or do not index `class_names`; a bad pipeline argument.
     """
     images = np.asarray(images)
     if images.ndim == 3:
@@ -135,14 +137,29 @@ def from_arrays(
     if labels is None:
         ds = tf.data.Dataset.from_tensor_slices(images)
     else:
-        labels = np.asarray(labels)
-        if labels.shape != (len(images),):
-            raise ValueError(
-                f"`labels` must have shape ({len(images)},), one label per image. "
-                f"Received: labels with shape {labels.shape}"
-            )
-        ds = tf.data.Dataset.from_tensor_slices((images, labels.astype("int32")))
+        labels = _check_labels(labels, len(images), class_names)
+        ds = tf.data.Dataset.from_tensor_slices((images, labels))
     return _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(images))
+
+
+def _check_labels(labels, count, class_names):
+    """Returns labels as int32 after checking shape, integrality, range and `class_names`."""
+    labels = np.asarray(labels)
+    if labels.shape != (count,):
+        raise ValueError(
+            f"`labels` must have shape ({count},), one label per image. Received: labels with shape {labels.shape}"
+        )
+    if labels.dtype.kind not in "iuf" or (labels.dtype.kind == "f" and np.any(labels != np.round(labels))):
+        raise ValueError(
+            f"`labels` must be integer class indices. Received: labels of dtype {labels.dtype}, e.g. {labels[:3].tolist()}"
+        )
+    if count and labels.min() < 0:
+        raise ValueError(f"`labels` must be class indices >= 0. Received: a label of {labels.min()}")
+    if class_names is not None and count and labels.max() >= len(class_names):
+        raise ValueError(
+            f"`labels` must be < len(class_names) = {len(class_names)}. Received: a label of {labels.max()}"
+        )
+    return labels.astype("int32")
 
 
 def from_directory(
@@ -176,14 +193,29 @@ def from_directory(
         A `tf.data.Dataset` of `(images, labels)` with `.class_names`.
 
     Raises:
-        ValueError: the folder does not exist or holds no images, or a bad
-            pipeline argument.
+        ValueError: the folder does not exist or holds no images, the split
+            leaves a subset empty, or a bad pipeline argument. (A file that
+            has an image extension but does not decode fails later, when the
+            pipeline reads it, with TensorFlow's `InvalidArgumentError`.)
     """
     import keras
 
     if not os.path.isdir(directory):
         raise ValueError(f"`directory` must be an existing folder. Received: directory={directory!r}")
     size = _size_pair(image_size)
+    found = _count_images(directory)
+    if found == 0:
+        raise ValueError(
+            f"`directory` holds no images ({', '.join(IMAGE_EXTENSIONS)}) in class sub-folders. "
+            f"Received: directory={directory!r}"
+        )
+    if validation_split:
+        held_out = int(validation_split * found)
+        if held_out == 0 or held_out == found:
+            raise ValueError(
+                f"validation_split={validation_split} of the {found} images in {directory!r} leaves an empty "
+                f"{'validation' if held_out == 0 else 'training'} subset; add images or change validation_split"
+            )
     raw = keras.utils.image_dataset_from_directory(
         directory,
         labels="inferred",
@@ -201,6 +233,17 @@ def from_directory(
     count = int(raw.cardinality())
     ds = raw.map(lambda x, y: (x, tf.cast(y, tf.int32)))
     return _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, count)
+
+
+def _count_images(directory):
+    """Number of image files in the class sub-folders, as Keras counts them (by extension)."""
+    count = 0
+    for sub in os.listdir(directory):
+        path = os.path.join(directory, sub)
+        if os.path.isdir(path):
+            for _, _, files in os.walk(path):
+                count += sum(f.lower().endswith(IMAGE_EXTENSIONS) for f in files)
+    return count
 
 
 def from_tfds(

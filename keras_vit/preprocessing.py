@@ -1,6 +1,7 @@
 """Input scaling and ImageNet label decoding, as `keras.applications` has them."""
 
 import keras
+import numpy as np
 
 
 def preprocess_input(x, data_format=None):
@@ -23,12 +24,19 @@ def preprocess_input(x, data_format=None):
     Returns:
         The scaled images, same shape, float, values in [-1, 1].
 
+    Raises:
+        ValueError: `x` is not an array, tensor or list of numbers.
+
     Example:
 
     >>> import numpy as np
     >>> preprocess_input(np.array([0, 127.5, 255.0])).tolist()
     [-1.0, 0.0, 1.0]
     """
+    if isinstance(x, (str, bytes)) or not hasattr(x, "shape") and not isinstance(x, (list, tuple)):
+        raise ValueError(f"`x` must be an array or tensor of pixels in [0, 255]. Received: x of type {type(x).__name__}")
+    if isinstance(x, (list, tuple)):
+        x = np.asarray(x, dtype="float32")
     if hasattr(x, "dtype") and hasattr(x, "astype") and x.dtype.kind in "iub":
         x = x.astype("float32")
     return keras.applications.imagenet_utils.preprocess_input(x, data_format=data_format, mode="tf")

@@ -18,6 +18,7 @@ name. An existing `model.keras` is kept unless `--overwrite` is given.
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -63,7 +64,7 @@ def build_parser():
     t.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     t.add_argument("--learning-rate", type=float, default=2e-3)
     t.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (0 for sgd)")
-    t.add_argument("--warmup-epochs", type=float, default=6.0)
+    t.add_argument("--warmup-epochs", type=float, default=None, help="linear warm-up (default: 6%% of --epochs)")
     t.add_argument("--label-smoothing", type=float, default=0.0)
     t.add_argument("--augment", choices=["none", "crop", "crop_flip"], default="crop")
     t.add_argument("--precision", choices=["float32", "mixed_bfloat16", "mixed_float16"], default="float32")
@@ -86,10 +87,10 @@ def _model_config(args):
                 f"--variant {args.variant} fixes the architecture; drop "
                 + ", ".join("--" + k.replace("_", "-") for k in explicit)
             )
-        return {}, args.image_size or 224
+        return {}, 224 if args.image_size is None else args.image_size
     config = {k: v for k, v in DEFAULTS.items() if k != "image_size"}
     config.update(explicit)
-    return config, args.image_size or DEFAULTS["image_size"]
+    return config, DEFAULTS["image_size"] if args.image_size is None else args.image_size
 
 
 def _load_data(args, image_size, batch_size):
@@ -112,13 +113,16 @@ def _load_data(args, image_size, batch_size):
 
 
 def _atomic_write(path, write):
-    """Calls write(tmp_path) then moves tmp_path to `path`."""
+    """Calls write(tmp_path) then moves tmp_path to `path` (permissions as the umask allows)."""
     folder = os.path.dirname(os.path.abspath(path))
     suffix = "".join(os.path.basename(path).partition(".")[1:])
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=suffix)
     os.close(fd)
     try:
         write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -155,6 +159,17 @@ def _plot_history(path, history):
     plt.close(fig)
 
 
+def _check_output_dir(out):
+    """Raises ValueError unless `out` is, or can become, a folder (checked before any work)."""
+    path = os.path.abspath(out)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        raise ValueError(f"--output-dir {out!r} cannot be a folder: {path!r} is a file")
+    if not os.access(path, os.W_OK):
+        raise ValueError(f"--output-dir {out!r}: {path!r} is not writable")
+
+
 def run(args):
     """Trains and evaluates as `args` say; returns the metrics dict.
 
@@ -167,10 +182,12 @@ def run(args):
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1. Received: {getattr(args, name)}")
     if not 0 <= args.validation_fraction < 1 or (args.image_folder and args.validation_fraction == 0):
         raise ValueError(f"--validation-fraction must be in (0, 1). Received: {args.validation_fraction}")
-    if args.warmup_epochs < 0 or args.warmup_epochs >= args.epochs:
-        raise ValueError(f"--warmup-epochs must be in [0, --epochs). Received: {args.warmup_epochs}")
+    warmup_epochs = 0.06 * args.epochs if args.warmup_epochs is None else args.warmup_epochs
+    if warmup_epochs < 0 or warmup_epochs >= args.epochs:
+        raise ValueError(f"--warmup-epochs must be in [0, --epochs={args.epochs}). Received: {args.warmup_epochs}")
     model_config, image_size = _model_config(args)
     out = args.output_dir
+    _check_output_dir(out)
     model_path = os.path.join(out, "model.keras")
     if os.path.exists(model_path) and not args.overwrite:
         raise ValueError(f"{model_path} exists; pass --overwrite to replace it")
@@ -205,7 +222,7 @@ def run(args):
         total_steps=total_steps,
         optimizer=args.optimizer,
         learning_rate=args.learning_rate,
-        warmup_steps=int(args.warmup_epochs * steps_per_epoch),
+        warmup_steps=int(warmup_epochs * steps_per_epoch),
         weight_decay=args.weight_decay,
         label_smoothing=args.label_smoothing,
         jit_compile=not args.no_xla,
@@ -248,10 +265,17 @@ def main(argv=None):
     """Console entry point; returns the process exit code (0 ok, 2 bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so that temporary files are removed on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         metrics = run(args)
     except ValueError as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")
+    except Exception as e:  # a file of the data set that TensorFlow cannot decode
+        if type(e).__name__ != "InvalidArgumentError":
+            raise
+        first = str(e).strip().splitlines()[0][:300]
+        parser.exit(2, f"{parser.prog}: error: the data could not be read: {first}\n")
     print(
         f"held-out accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}, "
         f"{metrics['images_per_second']:.0f} images/s; training took {metrics['train_wall_time_s']:.0f} s; "

@@ -73,6 +73,10 @@ def test_channel_conversion():
         ({"batch_size": 0}, r"`batch_size` must be a positive int"),
         ({"augment": "flip"}, r"`augment` must be one of None, 'crop', 'crop_flip'. Received: augment='flip'"),
         ({"seed": -1}, r"`seed` must be None or an int >= 0. Received: seed=-1"),
+        ({"labels": np.array([0, -1])}, r"`labels` must be class indices >= 0. Received: a label of -1"),
+        ({"labels": np.array([0.0, 1.7])}, r"`labels` must be integer class indices. Received: labels of dtype float64"),
+        ({"labels": np.array(["a", "b"])}, r"`labels` must be integer class indices"),
+        ({"labels": np.array([0, 3]), "class_names": ["a", "b", "c"]}, r"`labels` must be < len\(class_names\) = 3. Received: a label of 3"),
     ],
 )
 def test_bad_arguments(kwargs, message):
@@ -109,9 +113,16 @@ def test_from_directory_with_real_photos(tmp_path):
     assert set(np.concatenate([y.numpy() for _, y in train]).tolist() + [int(v) for _, y in val for v in y]) == {0, 1}
 
 
-def test_from_directory_missing(tmp_path):
+def test_from_directory_missing_empty_or_too_small(tmp_path):
     with pytest.raises(ValueError, match=r"`directory` must be an existing folder"):
         data.from_directory(tmp_path / "nope", image_size=32)
+    (tmp_path / "empty" / "cats").mkdir(parents=True)
+    (tmp_path / "empty" / "cats" / "notes.txt").write_text("no image")
+    with pytest.raises(ValueError, match=r"`directory` holds no images \(.bmp, .gif, .jpeg, .jpg, .png\) in class sub-folders"):
+        data.from_directory(tmp_path / "empty", image_size=32)
+    _write_image_folder(tmp_path / "photos")
+    with pytest.raises(ValueError, match=r"validation_split=0.05 of the 10 images .* leaves an empty validation subset"):
+        data.from_directory(tmp_path / "photos", image_size=32, validation_split=0.05, subset="training", seed=0)
 
 
 def test_from_tfds_with_mock_data():

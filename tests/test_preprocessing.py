@@ -16,6 +16,12 @@ def test_integer_input_is_not_truncated():
     np.testing.assert_allclose(out, [-1.0, 128 / 127.5 - 1, 1.0], atol=1e-6)
 
 
+def test_list_input_and_bad_input():
+    np.testing.assert_allclose(keras_vit.preprocess_input([0, 255]), [-1.0, 1.0])
+    with pytest.raises(ValueError, match=r"`x` must be an array or tensor of pixels in \[0, 255\]. Received: x of type str"):
+        keras_vit.preprocess_input("abc")
+
+
 def test_tensor_input():
     out = keras_vit.preprocess_input(tf.constant([[0.0, 255.0]]))
     np.testing.assert_allclose(out.numpy(), [[-1.0, 1.0]])

@@ -41,9 +41,11 @@ def test_refuses_to_overwrite_without_flag(tmp_path, capsys):
         (["--patch-size", "5"], "multiples of `patch_size`"),
         (["--num-heads", "3"], "`hidden_size` must be divisible by `num_heads`"),
         (["--epochs", "0"], "--epochs must be >= 1"),
-        (["--warmup-epochs", "5"], "--warmup-epochs must be in [0, --epochs)"),
+        (["--warmup-epochs", "5"], "--warmup-epochs must be in [0, --epochs=2). Received: 5.0"),
         (["--dropout-rate", "1.5"], "`dropout_rate` must be a float in [0, 1)"),
         (["--variant", "ViTTi16", "--hidden-size", "8"], "--variant ViTTi16 fixes the architecture"),
+        (["--image-size", "0"], "`image_size` must be a positive int or a (height, width) pair. Received: image_size=0"),
+        (["--image-folder", "/nonexistent/photos"], "`directory` must be an existing folder"),
     ],
 )
 def test_bad_input_exits_2_with_message(tmp_path, capsys, args, message):
@@ -52,6 +54,43 @@ def test_bad_input_exits_2_with_message(tmp_path, capsys, args, message):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+    assert not (tmp_path / "run" / "model.keras").exists()
+
+
+def test_output_dir_that_is_a_file(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        with pytest.raises(SystemExit) as exit_info:
+            train.main([*TINY, "--output-dir", str(out)])
+        assert exit_info.value.code == 2
+        assert "cannot be a folder" in capsys.readouterr().err
+    assert (tmp_path / "afile").read_text() == "x"
+
+
+def test_default_warmup_fits_short_runs(tmp_path):
+    i = TINY.index("--warmup-epochs")
+    args = TINY[:i] + TINY[i + 2 :]
+    args[args.index("--epochs") + 1] = "1"
+    assert train.main([*args, "--output-dir", str(tmp_path / "run")]) == 0
+    assert oct(os.stat(tmp_path / "run" / "metrics.json").st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_undecodable_image_is_a_clear_error(tmp_path, capsys):
+    from tests.test_data import _write_image_folder
+
+    _write_image_folder(tmp_path / "photos")
+    (tmp_path / "photos" / "china" / "junk.jpg").write_bytes(b"this is not a jpeg")
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*TINY, "--image-folder", str(tmp_path / "photos"), "--output-dir", str(tmp_path / "run"), "--batch-size", "4"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "the data could not be read:" in err and "Traceback" not in err
     assert not (tmp_path / "run" / "model.keras").exists()
 
 

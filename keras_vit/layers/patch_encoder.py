@@ -56,7 +56,7 @@ class PatchEncoder(keras.layers.Layer):
 
     def __init__(self, hidden_size, class_token=True, dropout_rate=0.0, **kwargs):
         super().__init__(**kwargs)
-        check_positive_int("hidden_size", hidden_size)
+        hidden_size = check_positive_int("hidden_size", hidden_size)
         check_rate("dropout_rate", dropout_rate)
         check_bool("class_token", class_token)
         self.hidden_size = hidden_size

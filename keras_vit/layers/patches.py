@@ -21,7 +21,7 @@ class Patches(keras.layers.Layer):
 
     Built from one reshape, a rank-4 transpose and one reshape, never from
     TensorFlow's image patch-extraction op (its gradient fails under XLA,
-    and TFLite and tf2onnx cannot convert it; TRAPS.md). The batch dimension may be unknown.
+    and TFLite and tf2onnx cannot convert it; docs/traps.md). The batch dimension may be unknown.
 
     Args:
         patch_size: int >= 1, the patch side P in pixels.
@@ -54,8 +54,7 @@ class Patches(keras.layers.Layer):
 
     def __init__(self, patch_size, **kwargs):
         super().__init__(**kwargs)
-        check_positive_int("patch_size", patch_size)
-        self.patch_size = patch_size
+        self.patch_size = check_positive_int("patch_size", patch_size)
 
     def build(self, input_shape):
         if len(input_shape) != 4:

@@ -31,7 +31,8 @@ class SequencePooling(keras.layers.Layer):
         `(batch, hidden_size)`, same dtype as the input.
 
     Raises:
-        ValueError: unknown `mode`; `mode="token"` with `class_token=False`.
+        ValueError: unknown `mode`; `mode="token"` with `class_token=False`;
+            an input that is not rank 3.
 
     Example:
 
@@ -50,6 +51,13 @@ class SequencePooling(keras.layers.Layer):
             )
         self.mode = mode
         self.class_token = bool(class_token)
+
+    def build(self, input_shape):
+        if len(input_shape) != 3:
+            raise ValueError(
+                "SequencePooling expects tokens of shape (batch, seq_len, hidden_size). "
+                f"Received: input_shape={tuple(input_shape)}"
+            )
 
     def call(self, inputs):
         if self.mode == "token":

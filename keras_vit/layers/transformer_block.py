@@ -16,7 +16,7 @@ def _gelu(x, approximate):
     The exact form is written as 0.5 * x * (1 + erf(x / sqrt(2))): TFLite's
     converter fuses that pattern into its builtin GELU op and tf2onnx maps
     `Erf` to ONNX `Erf`, whereas `keras.activations.gelu` lowers to `Erfc`,
-    which tf2onnx 1.17 cannot convert (see TRAPS.md). The tanh form is the
+    which tf2onnx 1.17 cannot convert (see docs/traps.md). The tanh form is the
     approximation of the original JAX/Flax ViT; the two differ by up to
     4.7e-4 per activation.
     """
@@ -105,8 +105,8 @@ class TransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        check_positive_int("num_heads", num_heads)
-        check_positive_int("mlp_dim", mlp_dim)
+        num_heads = check_positive_int("num_heads", num_heads)
+        mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         check_rate("dropout_rate", dropout_rate)
         check_rate("attention_dropout_rate", attention_dropout_rate)
         check_rate("stochastic_depth_rate", stochastic_depth_rate)

@@ -5,7 +5,7 @@ import os
 import keras
 import numpy as np
 
-from keras_vit._validation import check_bool, check_choice, check_positive_int, check_rate
+from keras_vit._validation import check_bool, check_choice, check_positive_int, check_rate, is_int
 from keras_vit.layers import Patches, PatchEncoder, SequencePooling, TransformerBlock
 
 CLASSIFIERS = ("token", "gap")
@@ -79,8 +79,9 @@ def VisionTransformer(
             `.weights.h5` file saved from a model of the same configuration.
             Pretrained checkpoint names ("imagenet", "imagenet21k") are not
             available yet and raise ValueError.
-        input_tensor: optional Keras tensor (output of `keras.Input`) or
-            tensor to use as image input.
+        input_tensor: optional Keras tensor (output of `keras.Input` or of
+            a Keras layer) of shape (batch, height, width, channels) to use
+            as image input.
         input_shape: optional (height, width, channels) tuple of ints,
             default (224, 224, 3). Height and width must be known.
         pooling: with `include_top=False`: None (output the whole sequence),
@@ -111,7 +112,8 @@ def VisionTransformer(
             divisible by `num_heads`, an unknown `classifier`, `pooling` or
             `classifier_activation`, `classifier="token"` without a class
             token, `input_tensor` and `input_shape` disagreeing, dropout rates
-            outside [0, 1), a weights value other than None or a weights file.
+            outside [0, 1), a weights value other than None or a weights file,
+            or a weights file that does not load into this configuration.
 
     Example:
 
@@ -120,17 +122,14 @@ def VisionTransformer(
     >>> model.output_shape
     (None, 10)
     """
-    for arg, value in (
-        ("patch_size", patch_size),
-        ("hidden_size", hidden_size),
-        ("num_layers", num_layers),
-        ("num_heads", num_heads),
-        ("mlp_dim", mlp_dim),
-        ("classes", classes),
-    ):
-        check_positive_int(arg, value)
+    patch_size = check_positive_int("patch_size", patch_size)
+    hidden_size = check_positive_int("hidden_size", hidden_size)
+    num_layers = check_positive_int("num_layers", num_layers)
+    num_heads = check_positive_int("num_heads", num_heads)
+    mlp_dim = check_positive_int("mlp_dim", mlp_dim)
+    classes = check_positive_int("classes", classes)
     if representation_size is not None:
-        check_positive_int("representation_size", representation_size)
+        representation_size = check_positive_int("representation_size", representation_size)
     if hidden_size % num_heads:
         raise ValueError(
             "`hidden_size` must be divisible by `num_heads`. "
@@ -160,12 +159,7 @@ def VisionTransformer(
     _check_weights(weights)
     input_shape = _resolve_input_shape(input_shape, input_tensor, patch_size)
 
-    if input_tensor is None:
-        image_input = keras.Input(shape=input_shape, name="images")
-    elif keras.backend.is_keras_tensor(input_tensor):
-        image_input = input_tensor
-    else:
-        image_input = keras.Input(tensor=input_tensor, shape=input_shape, name="images")
+    image_input = keras.Input(shape=input_shape, name="images") if input_tensor is None else input_tensor
 
     x = Patches(patch_size, name="patches")(image_input)
     x = PatchEncoder(hidden_size, class_token=class_token, dropout_rate=dropout_rate, name="patch_encoder")(x)
@@ -201,7 +195,13 @@ def VisionTransformer(
     inputs = image_input if input_tensor is None else keras.utils.get_source_inputs(input_tensor)
     model = keras.Model(inputs, x, name=name)
     if weights is not None:
-        model.load_weights(weights)
+        try:
+            model.load_weights(weights)
+        except Exception as e:  # not HDF5, or saved from another configuration
+            raise ValueError(
+                f"`weights` file could not be loaded into {name!r}: {type(e).__name__}: {str(e)[:300]}. "
+                f"Received: weights={weights!r}"
+            ) from None
     return model
 
 
@@ -220,7 +220,7 @@ def _check_activation(classifier_activation):
 def _check_weights(weights):
     if weights is None:
         return
-    if weights in PRETRAINED_NAMES:
+    if isinstance(weights, str) and weights in PRETRAINED_NAMES:
         raise ValueError(
             f"Pretrained weights are not available in keras_vit yet. Received: weights={weights!r}. "
             "Use weights=None or the path of a .weights.h5 file."
@@ -238,13 +238,17 @@ def _resolve_input_shape(input_shape, input_tensor, patch_size):
     """Returns a validated (height, width, channels) tuple."""
     tensor_shape = None
     if input_tensor is not None:
-        try:
-            tensor_shape = tuple(keras.ops.shape(input_tensor))[1:]
-        except Exception:
+        if not keras.backend.is_keras_tensor(input_tensor):
             raise ValueError(
-                f"`input_tensor` must be a Keras tensor or a tensor. Received: input_tensor={input_tensor!r}"
-            ) from None
-        tensor_shape = tuple(None if d is None else int(d) for d in tensor_shape)
+                "`input_tensor` must be a Keras tensor (the output of `keras.Input` or of a Keras layer). "
+                f"Received: input_tensor of type {type(input_tensor).__name__}"
+            )
+        tensor_shape = tuple(input_tensor.shape)[1:]
+        if len(tensor_shape) != 3 or not all(is_int(d) and d > 0 for d in tensor_shape):
+            raise ValueError(
+                "`input_tensor` must have shape (batch, height, width, channels) with height, width and "
+                f"channels known. Received: input_tensor with shape {tuple(input_tensor.shape)}"
+            )
     if input_shape is None:
         input_shape = tensor_shape if tensor_shape is not None else DEFAULT_INPUT_SHAPE
     try:
@@ -253,13 +257,12 @@ def _resolve_input_shape(input_shape, input_tensor, patch_size):
         raise ValueError(
             f"`input_shape` must be a (height, width, channels) tuple. Received: input_shape={input_shape!r}"
         ) from None
-    if len(input_shape) != 3 or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in input_shape
-    ):
+    if len(input_shape) != 3 or not all(is_int(d) and d > 0 for d in input_shape):
         raise ValueError(
             "`input_shape` must be a (height, width, channels) tuple of positive ints "
             f"(height and width known). Received: input_shape={input_shape!r}"
         )
+    input_shape = tuple(int(d) for d in input_shape)
     if tensor_shape is not None and tensor_shape != input_shape:
         raise ValueError(
             "`input_tensor` and `input_shape` disagree: "

@@ -39,7 +39,7 @@ def test_include_preprocessing(trained_vit, tmp_path):
 
 
 def test_keras_exact_gelu_trap_fails_loudly_and_leaves_nothing(tmp_path):
-    """TRAPS.md: keras.activations.gelu lowers to Erfc, which tf2onnx 1.17 cannot convert."""
+    """docs/traps.md: keras.activations.gelu lowers to Erfc, which tf2onnx 1.17 cannot convert."""
     inputs = keras.Input((4, 4, 3))
     x = keras.layers.Flatten()(inputs)
     outputs = keras.layers.Dense(3, activation=lambda t: keras.activations.gelu(t, approximate=False))(x)

@@ -145,7 +145,7 @@ def test_existing_file_is_kept(trained_vit, tmp_path):
 
 
 def _flex_model_content():
-    """A .tflite that needs a Select-TF (Flex) op: the broken-file trap of TRAPS.md."""
+    """A .tflite that needs a Select-TF (Flex) op: the broken-file trap of docs/traps.md."""
     fn = tf.function(lambda x: tf.linalg.inv(tf.reshape(x, (1, 2, 2))), input_signature=[tf.TensorSpec((1, 4), tf.float32)])
     converter = tf.lite.TFLiteConverter.from_concrete_functions([fn.get_concrete_function()])
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
@@ -168,7 +168,7 @@ def test_flex_ops_fail_loudly(tmp_path):
 
 
 def test_export_of_a_graph_without_builtin_form_leaves_nothing(tmp_path):
-    """Keras' exact GELU lowers to Erfc (TRAPS.md); Erfc alone has no TFLite form."""
+    """Keras' exact GELU lowers to Erfc (docs/traps.md); Erfc alone has no TFLite form."""
 
     class Erfc(keras.layers.Layer):
         def call(self, x):

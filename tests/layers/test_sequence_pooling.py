@@ -19,6 +19,8 @@ def test_errors():
         SequencePooling("mean")
     with pytest.raises(ValueError, match=r"needs a class token"):
         SequencePooling("token", class_token=False)
+    with pytest.raises(ValueError, match=r"expects tokens of shape \(batch, seq_len, hidden_size\)"):
+        SequencePooling("avg")(np.zeros((2, 3), "float32"))
 
 
 def test_config_round_trip():

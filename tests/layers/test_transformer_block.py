@@ -155,7 +155,7 @@ def test_config_round_trip():
 @pytest.mark.export
 @pytest.mark.parametrize("approximate", [False, True])
 def test_gelu_exports_to_builtin_tflite_and_onnx(tmp_path, approximate):
-    """TRAPS.md: Keras' exact GELU becomes Erfc (tf2onnx fails) or a Flex op in TFLite."""
+    """docs/traps.md: Keras' exact GELU becomes Erfc (tf2onnx fails) or a Flex op in TFLite."""
     import onnxruntime as ort
     import tf2onnx
     from ai_edge_litert.interpreter import Interpreter

@@ -137,6 +137,10 @@ BAD = [
     ({"input_shape": (16, 16)}, r"`input_shape` must be a \(height, width, channels\) tuple of positive ints"),
     ({"input_shape": (None, None, 3)}, r"height and width known"),
     ({"input_tensor": keras.Input((16, 16, 1))}, r"`input_tensor` and `input_shape` disagree"),
+    ({"input_tensor": np.zeros((2, 16, 16, 3))}, r"`input_tensor` must be a Keras tensor .* Received: input_tensor of type ndarray"),
+    ({"input_tensor": keras.Input((16, 16)), "input_shape": None}, r"`input_tensor` must have shape \(batch, height, width, channels\)"),
+    ({"weights": np.zeros(3)}, r"`weights` must be None or the path of an existing .weights.h5 file"),
+    ({"patch_size": 4.0}, r"`patch_size` must be a positive int. Received: patch_size=4.0"),
 ]
 
 
@@ -147,6 +151,20 @@ def test_bad_arguments_raise_before_building(tiny_config, override, message, mon
     with pytest.raises(ValueError, match=message):
         VisionTransformer(**{**tiny_config, **override})
     assert not built
+
+
+def test_numpy_integers_are_accepted(tiny_config):
+    config = {**tiny_config, "patch_size": np.int64(4), "classes": np.int32(5), "input_shape": np.array([16, 16, 3])}
+    model = VisionTransformer(**config)
+    assert model.input_shape == (None, 16, 16, 3) and model.output_shape == (None, 5)
+    assert type(model.get_layer("patches").get_config()["patch_size"]) is int
+
+
+def test_weights_file_that_is_not_hdf5(tiny_config, tmp_path):
+    path = tmp_path / "bad.weights.h5"
+    path.write_text("not an HDF5 file")
+    with pytest.raises(ValueError, match=r"`weights` file could not be loaded into 'vision_transformer'"):
+        VisionTransformer(weights=str(path), **tiny_config)
 
 
 def test_channel_mismatch_at_call_names_expected_value(tiny_config):
