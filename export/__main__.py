@@ -8,6 +8,7 @@ Exit status: 0 when every artifact passed, 1 when one failed verification
 
 import argparse
 import json
+import signal
 import sys
 
 from export.pipeline import FORMATS
@@ -38,6 +39,8 @@ def main(argv=None):
     """Console entry point; returns 0, or exits 1 (verification failed) or 2 (bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so that the staging folder is removed on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     from export.pipeline import export_all, format_table, parse_list
     from export.signature import load_vit
     from export.verify import VerificationError
@@ -68,6 +71,11 @@ def main(argv=None):
         except OSError:
             pass
         parser.exit(1, f"{parser.prog}: {e}\n")
+    except Exception as e:  # an image of the calibration data that TensorFlow cannot decode
+        if type(e).__name__ != "InvalidArgumentError":
+            raise
+        first = str(e).strip().splitlines()[0][:300]
+        parser.exit(2, f"{parser.prog}: error: the calibration data could not be read: {first}\n")
     print(format_table(report))
     print(f"wrote {args.output_dir}/report.json")
     return 0

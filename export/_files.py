@@ -32,9 +32,23 @@ def staged(path, overwrite=False, directory=False):
         os.close(fd)
     try:
         yield tmp
+        _default_permissions(tmp)
         promote(tmp, path, overwrite)
     finally:
         remove(tmp)
+
+
+def _default_permissions(path):
+    """mkstemp/mkdtemp create 0600/0700; give the result what the umask allows, like open() would."""
+    umask = os.umask(0)
+    os.umask(umask)
+    if os.path.isdir(path):
+        for folder, dirs, files in os.walk(path):
+            os.chmod(folder, 0o777 & ~umask)
+            for f in files:
+                os.chmod(os.path.join(folder, f), 0o666 & ~umask)
+    elif os.path.exists(path):
+        os.chmod(path, 0o666 & ~umask)
 
 
 def promote(tmp, path, overwrite=False):

@@ -76,18 +76,26 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
         split = {"validation_split": 0.2, "seed": 0, "directory": source}
         calibration = data.from_directory(subset="training", shuffle=False, **split, **common)
         held_out = data.from_directory(subset="validation", **split, **common)
-    elif isinstance(source, str) and "/" not in source and not source.startswith("."):
+    elif isinstance(source, str) and _is_tfds_name(source):
         calibration = data.from_tfds(source, split="train", **common)
         held_out = data.from_tfds(source, split="test", **common)
     else:
         raise ValueError(
-            f"calibration data must be 'digits', an existing image folder or a TFDS name. Received: {source!r}"
+            "calibration data must be 'digits', an existing image folder or a TFDS name; "
+            f"{source!r} is neither an existing folder nor a data set TFDS knows"
         )
     cal = _take(calibration, max_samples)[0]
     eval_images, eval_labels = _take(held_out, max_samples)
     if len(cal) == 0 or len(eval_images) == 0:
         raise ValueError(f"the data source {source!r} yielded no images")
     return cal, eval_images, eval_labels, held_out.class_names
+
+
+def _is_tfds_name(name):
+    """True if TFDS has a builder of that name (its config and version suffixes ignored)."""
+    import tensorflow_datasets as tfds
+
+    return name.split(":")[0].split("/")[0] in tfds.list_builders()
 
 
 def _take(dataset, limit):
@@ -144,7 +152,9 @@ def export_all(
         The report dict (also written to `output_dir/report.json`).
 
     Raises:
-        ValueError: an unknown format or quantization, a bad labels list.
+        ValueError: an unknown format or quantization, an int8 I/O type
+            without the int8 file, an output path that is a file, labels or
+            calibration classes that do not match the model.
         FileExistsError: an artifact or report already exists and
             `overwrite` is False (checked before any work).
         VerificationError: after writing the report, if any artifact failed.
@@ -155,9 +165,13 @@ def export_all(
         check_quantization(q, int8_io_type if q == "int8" else "float32")
     if "onnx" in formats:
         check_opset(opset)
+    if int8_io_type != "float32" and "int8" not in quantizations:
+        raise ValueError(f"int8_io_type={int8_io_type!r} applies to the 'int8' TFLite file, which is not requested")
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ValueError(f"output_dir {output_dir!r} is a file, not a folder")
     planned = [(f, q) for f in formats for q in (quantizations if f == "tflite" else ["float32"])]
     targets = [os.path.join(output_dir, artifact_file(f, q)) for f, q in planned]
-    for path in [*targets, os.path.join(output_dir, "report.json")]:
+    for path in [*targets, os.path.join(output_dir, "report.json"), os.path.join(output_dir, "labels.txt")]:
         _files.check_target(path, overwrite)
 
     calibration, eval_images, eval_labels, class_names = load_data(calibration_data, model)
@@ -216,10 +230,10 @@ def export_all(
             "labelled": eval_labels is not None,
             "artifacts": results,
         }
-        with _files.staged(os.path.join(output_dir, "labels.txt"), overwrite=True) as tmp:
+        with _files.staged(os.path.join(output_dir, "labels.txt"), overwrite) as tmp:
             with open(tmp, "w") as f:
                 f.write("\n".join(label_names) + "\n")
-        with _files.staged(os.path.join(output_dir, "report.json"), overwrite=True) as tmp:
+        with _files.staged(os.path.join(output_dir, "report.json"), overwrite) as tmp:
             with open(tmp, "w") as f:
                 json.dump(report, f, indent=2)
     finally:
@@ -236,6 +250,12 @@ def export_all(
 
 def _label_names(labels, class_names, classes):
     if labels is None:
+        if class_names is not None and len(class_names) != classes:
+            raise ValueError(
+                f"the model has {classes} classes but the calibration data set has {len(class_names)} "
+                f"({', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''}); "
+                "export with data of the model's own classes, or pass labels"
+            )
         labels = class_names or [str(i) for i in range(classes)]
     elif isinstance(labels, (str, os.PathLike)):
         if not os.path.isfile(labels):

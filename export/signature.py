@@ -8,6 +8,7 @@ the Keras model outputs (logits, or probabilities with a softmax head).
 """
 
 import os
+import zipfile
 
 INPUT_NAME = "images"
 OUTPUT_NAME = "predictions"
@@ -82,6 +83,8 @@ def load_vit(path):
 
     if not os.path.isfile(path):
         raise ValueError(f"model file not found: {path!r}")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path!r} is not a Keras .keras model file (a .keras file is a zip archive)")
     try:
         model = keras.saving.load_model(path)
     except Exception as e:  # any reason the file is not a loadable Keras model

@@ -1,6 +1,7 @@
 """TFLite export: float32, float16, dynamic-range int8 and full-integer int8."""
 
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -127,7 +128,8 @@ def export_tflite(
             [0, 255] and the scaling is in the graph.
         batch_size: None (default, dynamic batch) or 1 (fixed batch 1).
         overwrite: bool, replace an existing `path`.
-        progress: bool, show a Keras progress bar while calibrating.
+        progress: bool, show a Keras progress bar while calibrating (on a
+            terminal only).
 
     Returns:
         `path`.
@@ -188,7 +190,7 @@ def export_tflite(
 def _calibration_generator(samples, progress):
     def generate():
         bar = None
-        if progress:
+        if progress and sys.stdout.isatty():
             import keras
 
             bar = keras.utils.Progbar(len(samples), unit_name="calibration image")

@@ -59,6 +59,11 @@ def test_failed_verification_exits_1_names_artifact_and_leaves_no_file(trained_v
     assert [r["passed"] for r in report["artifacts"]] == [True, False]
 
 
+def _text_file(tmp_path, name):
+    (tmp_path / name).write_text("not a model")
+    return str(tmp_path / name)
+
+
 def _plain_keras_file(tmp_path):
     inputs = keras.Input((16, 16, 3))
     model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(inputs)))
@@ -76,14 +81,21 @@ def _plain_keras_file(tmp_path):
         (lambda m, t: [m, "--quantization", "int4"], "`quantization` must be one of float32, float16, dynamic_int8, int8. Received: quantization='int4'"),
         (lambda m, t: [m, "--quantization", "int16x8"], "quantization='int16x8' is refused"),
         (lambda m, t: [m, "--formats", ""], "`format` is empty"),
-        (lambda m, t: [m, "--calibration-data", str(t / "empty_folder")], "No images found in directory"),
+        (lambda m, t: [m, "--calibration-data", str(t / "empty_folder")], "holds no images"),
         (lambda m, t: [m, "--calibration-data", "./nope"], "calibration data must be 'digits', an existing image folder or a TFDS name"),
         (lambda m, t: [m, "--labels", str(t / "nolabels.txt")], "labels file not found"),
         (lambda m, t: [m, "--opset", "11"], "`opset` must be an int in [13, 18] (tf2onnx 1.17). Received: opset=11"),
+        (lambda m, t: [m, "--quantization", "float16", "--int8-io-type", "uint8"], "int8_io_type='uint8' applies to the 'int8' TFLite file"),
+        (lambda m, t: [m, "--calibration-data", "photos_typo"], "'photos_typo' is neither an existing folder nor a data set TFDS knows"),
+        (lambda m, t: [_text_file(t, "text.keras")], "is not a Keras .keras model file"),
+        (lambda m, t: [m, "--calibration-data", str(t / "junk_images")], "the calibration data could not be read"),
     ],
 )
 def test_bad_input_exits_2_with_message_and_writes_nothing(trained_vit, tmp_path, capsys, make_args, message):
     (tmp_path / "empty_folder" / "a").mkdir(parents=True)
+    (tmp_path / "junk_images" / "a").mkdir(parents=True)
+    for i in range(5):
+        (tmp_path / "junk_images" / "a" / f"{i}.jpg").write_bytes(b"not a jpeg")
     out = tmp_path / "export"
     with pytest.raises(SystemExit) as exit_info:
         cli.main([*make_args(trained_vit[1], tmp_path), "--output-dir", str(out), "--no-latency"])
@@ -91,6 +103,41 @@ def test_bad_input_exits_2_with_message_and_writes_nothing(trained_vit, tmp_path
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not out.exists() or not os.listdir(out)
+
+
+def test_labels_file_and_output_file_are_protected(trained_vit, tmp_path, capsys):
+    out = tmp_path / "export"
+    out.mkdir()
+    (out / "labels.txt").write_text("mine")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([trained_vit[1], "--formats", "onnx", "--output-dir", str(out)])
+    assert exit_info.value.code == 2 and "labels.txt exists" in capsys.readouterr().err
+    assert (out / "labels.txt").read_text() == "mine"
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(SystemExit):
+        cli.main([trained_vit[1], "--formats", "onnx", "--output-dir", str(tmp_path / "afile")])
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_class_count_mismatch_names_the_data(tmp_path, capsys):
+    import keras_vit
+
+    model = keras_vit.VisionTransformer(patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
+                                        input_shape=(16, 16, 3), classes=3)
+    model.save(tmp_path / "three.keras")
+    with pytest.raises(SystemExit):
+        cli.main([str(tmp_path / "three.keras"), "--formats", "onnx", "--calibration-data", "digits", "--output-dir", str(tmp_path / "o")])
+    assert "the model has 3 classes but the calibration data set has 10 (0, 1, 2, 3, 4, ...)" in capsys.readouterr().err
+
+
+def test_artifacts_get_umask_permissions(trained_vit, tmp_path):
+    out = tmp_path / "export"
+    assert cli.main([trained_vit[1], "--formats", "saved_model,onnx", "--output-dir", str(out), "--no-latency"]) == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    for name in ("model.onnx", "report.json", "labels.txt", "saved_model/saved_model.pb"):
+        assert os.stat(out / name).st_mode & 0o777 == 0o666 & ~mask, name
+    assert os.stat(out / "saved_model").st_mode & 0o777 == 0o777 & ~mask
 
 
 def test_existing_output_needs_overwrite(trained_vit, tmp_path, capsys):
@@ -104,3 +151,28 @@ def test_existing_output_needs_overwrite(trained_vit, tmp_path, capsys):
     assert (out / "model.onnx").read_bytes() == b"earlier"
     assert cli.main([trained_vit[1], "--formats", "onnx", "--output-dir", str(out), "--overwrite", "--no-latency"]) == 0
     assert (out / "model.onnx").read_bytes()[:4] != b"earl"
+
+
+def test_sigterm_mid_export_leaves_no_staging_files(trained_vit, tmp_path):
+    """A killed export (SIGTERM, as from a job scheduler) removes its staging folder."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "export"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.Popen([sys.executable, "-m", "export", trained_vit[1], "--output-dir", str(out), "--no-latency"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (out.exists() and any(p.name.startswith(".tmp-export-") for p in out.iterdir())):
+            time.sleep(0.2)
+        assert proc.poll() is None, "export finished before it could be interrupted"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".tmp-")]
+    assert not (out / "report.json").exists()
