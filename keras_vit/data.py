@@ -19,7 +19,7 @@ import tensorflow as tf
 from keras_vit._validation import check_choice, check_positive_int
 from keras_vit.preprocessing import preprocess_input
 
-AUGMENTATIONS = (None, "crop", "crop_flip")
+AUGMENTATIONS = (None, "crop", "crop_flip", "affine")
 IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
 DIGITS_VALIDATION_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0
@@ -110,9 +110,11 @@ def from_arrays(
             converted to grey with `tf.image.rgb_to_grayscale`.
         batch_size: int >= 1; the last batch may be smaller.
         shuffle: bool, default False. Shuffle all examples each epoch.
-        augment: None, "crop" (resize to 1.125x, random crop back) or
+        augment: None, "crop" (resize to 1.125x, random crop back),
             "crop_flip" (the same plus a random horizontal flip, for photos;
-            not for digits or text).
+            not for digits or text) or "affine" (random rotation up to
+            +-11 degrees and zoom up to +-10%, then "crop"; for digits and
+            characters).
         seed: int or None, seed of the shuffle and the augmentation.
         class_names: optional list of names, stored as
             `dataset.class_names`; every label must index it.
@@ -343,7 +345,7 @@ def _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_
         elif in_channels == 3 and channels == 1:
             image = tf.image.rgb_to_grayscale(image)
         image = tf.image.resize(image, (height, width), method="bilinear", antialias=True)
-        if augment is not None:
+        if augment is not None:  # "crop", "crop_flip" and "affine" all end with a random crop
             pad_h, pad_w = int(round(height * 1.125)), int(round(width * 1.125))
             image = tf.image.resize(image, (pad_h, pad_w), method="bilinear")
             image = tf.image.random_crop(image, (height, width, channels), seed=seed)
@@ -352,6 +354,23 @@ def _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_
         image = preprocess_input(image)
         return (image, *label) if label else image
 
+    if augment == "affine":
+        import keras
+
+        # Small rotations and zooms (digits, characters): Keras' own preprocessing layers, on raw pixels
+        # with background 0, before the crop and the scaling in `prepare`.
+        rotate = keras.layers.RandomRotation(0.03, fill_mode="constant", seed=seed)
+        zoom = keras.layers.RandomZoom(0.1, fill_mode="constant", seed=seed)
+
+        def warp(image, *label):
+            image = tf.cast(image, tf.float32)
+            if image.shape.rank == 2:
+                image = image[..., None]
+            image = tf.image.resize(image, (height, width), method="bilinear", antialias=True)
+            image = zoom(rotate(image, training=True), training=True)
+            return (image, *label) if label else image
+
+        ds = ds.map(warp, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(batch_size, drop_remainder=False).prefetch(tf.data.AUTOTUNE)
     ds.class_names = class_names

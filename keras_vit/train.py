@@ -66,7 +66,9 @@ def build_parser():
     t.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (0 for sgd)")
     t.add_argument("--warmup-epochs", type=float, default=None, help="linear warm-up (default: 6%% of --epochs)")
     t.add_argument("--label-smoothing", type=float, default=0.0)
-    t.add_argument("--augment", choices=["none", "crop", "crop_flip"], default="crop")
+    t.add_argument("--ema-momentum", type=float, default=None, help="average the weights (e.g. 0.998); default: off")
+    t.add_argument("--augment", choices=["none", "crop", "crop_flip", "affine"], default=None,
+                   help="default: affine (small rotations and zooms) for digits, crop for other data")
     t.add_argument("--precision", choices=["float32", "mixed_bfloat16", "mixed_float16"], default="float32")
     t.add_argument("--no-xla", action="store_true", help="train without jit_compile")
     t.add_argument("--seed", type=int, default=0)
@@ -97,7 +99,8 @@ def _load_data(args, image_size, batch_size):
     from keras_vit import data
 
     common = {"image_size": image_size, "batch_size": batch_size, "seed": args.seed}
-    augment = None if args.augment == "none" else args.augment
+    augment = args.augment or ("crop" if args.image_folder or args.tfds else "affine")
+    augment = None if augment == "none" else augment
     if args.image_folder:
         split = {"validation_split": args.validation_fraction, "directory": args.image_folder}
         train = data.from_directory(subset="training", shuffle=True, augment=augment, **split, **common)
@@ -225,6 +228,7 @@ def run(args):
         warmup_steps=int(warmup_epochs * steps_per_epoch),
         weight_decay=args.weight_decay,
         label_smoothing=args.label_smoothing,
+        ema_momentum=args.ema_momentum,
         jit_compile=not args.no_xla,
     )
     os.makedirs(out, exist_ok=True)

@@ -102,6 +102,7 @@ def compile_model(
     momentum=0.9,
     global_clipnorm=1.0,
     label_smoothing=0.0,
+    ema_momentum=None,
     from_logits=None,
     jit_compile=True,
     metrics=("accuracy",),
@@ -129,6 +130,10 @@ def compile_model(
         momentum: float in [0, 1), SGD momentum, default 0.9.
         global_clipnorm: float > 0 or None, default 1.0.
         label_smoothing: float in [0, 1), default 0.
+        ema_momentum: None (default) or a float in [0, 1): keep an
+            exponential moving average of the weights (Keras' optimizer
+            `use_ema`) and write it into the model when `fit` ends; it
+            evens out the last steps' noise (Polyak averaging).
         from_logits: None (decide from the head: a softmax activation means
             probabilities, None/linear means logits), or a bool.
         jit_compile: bool, default True: compile train and test steps with
@@ -162,16 +167,19 @@ def compile_model(
         raise ValueError(
             f"`global_clipnorm` must be None or a positive float. Received: global_clipnorm={global_clipnorm!r}"
         )
+    if ema_momentum is not None:
+        check_rate("ema_momentum", ema_momentum)
+    ema = {"use_ema": ema_momentum is not None, "ema_momentum": ema_momentum or 0.99}
     if from_logits is None:
         from_logits = _head_gives_logits(model)
     check_bool("from_logits", from_logits)
 
     schedule = learning_rate_schedule(learning_rate, total_steps, warmup_steps)
     if optimizer == "sgd":
-        opt = keras.optimizers.SGD(schedule, momentum=momentum, global_clipnorm=global_clipnorm)
+        opt = keras.optimizers.SGD(schedule, momentum=momentum, global_clipnorm=global_clipnorm, **ema)
     else:
         opt = keras.optimizers.AdamW(
-            schedule, weight_decay=weight_decay, beta_1=0.9, beta_2=0.999, global_clipnorm=global_clipnorm
+            schedule, weight_decay=weight_decay, beta_1=0.9, beta_2=0.999, global_clipnorm=global_clipnorm, **ema
         )
         opt.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
     if label_smoothing:

@@ -49,11 +49,20 @@ def test_shuffle_is_seeded_and_reshuffles_each_epoch():
     assert sorted(first) == list(range(20)) and not np.array_equal(first, second)
 
 
-@pytest.mark.parametrize("augment", ["crop", "crop_flip"])
+@pytest.mark.parametrize("augment", ["crop", "crop_flip", "affine"])
 def test_augmentation_keeps_shape_and_range(augment):
     images = np.random.default_rng(1).uniform(0, 255, (6, 8, 8, 1)).astype("float32")
     (x, y) = next(iter(data.from_arrays(images, np.zeros(6), image_size=16, augment=augment, seed=0)))
     assert x.shape == (6, 16, 16, 3) and -1.0 <= float(tf.reduce_min(x)) and float(tf.reduce_max(x)) <= 1.0
+
+
+def test_affine_augmentation_changes_images_but_keeps_them_digits():
+    clean = next(iter(data.digits("train", image_size=16, shuffle=False)))[0].numpy()
+    warped = next(iter(data.digits("train", image_size=16, shuffle=False, augment="affine", seed=0)))[0].numpy()
+    diff = np.abs(warped - clean).mean(axis=(1, 2, 3))
+    assert np.all(diff > 0.005)  # every image moved
+    corr = [np.corrcoef(w.ravel(), c.ravel())[0, 1] for w, c in zip(warped, clean)]
+    assert np.median(corr) > 0.5  # but still resembles the original
 
 
 def test_channel_conversion():
@@ -71,7 +80,7 @@ def test_channel_conversion():
         ({"image_size": 0}, r"`image_size` must be a positive int or a \(height, width\) pair. Received: image_size=0"),
         ({"channels": 2}, r"`channels` must be one of 1, 3. Received: channels=2"),
         ({"batch_size": 0}, r"`batch_size` must be a positive int"),
-        ({"augment": "flip"}, r"`augment` must be one of None, 'crop', 'crop_flip'. Received: augment='flip'"),
+        ({"augment": "flip"}, r"`augment` must be one of None, 'crop', 'crop_flip', 'affine'. Received: augment='flip'"),
         ({"seed": -1}, r"`seed` must be None or an int >= 0. Received: seed=-1"),
         ({"labels": np.array([0, -1])}, r"`labels` must be class indices >= 0. Received: a label of -1"),
         ({"labels": np.array([0.0, 1.7])}, r"`labels` must be integer class indices. Received: labels of dtype float64"),

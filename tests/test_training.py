@@ -55,6 +55,17 @@ def test_compile_holds_xla_and_recipe(tiny_config):
     assert sgd.loss.get_config()["from_logits"] is False  # softmax head
 
 
+def test_weight_averaging_option(tiny_config):
+    model = VisionTransformer(classifier_activation=None, **tiny_config)
+    training.compile_model(model, total_steps=10, ema_momentum=0.9)
+    assert model.optimizer.use_ema and model.optimizer.ema_momentum == 0.9
+    plain = VisionTransformer(classifier_activation=None, **tiny_config)
+    training.compile_model(plain, total_steps=10)
+    assert not plain.optimizer.use_ema
+    with pytest.raises(ValueError, match=r"Received: ema_momentum=1.5"):
+        training.compile_model(plain, total_steps=10, ema_momentum=1.5)
+
+
 def test_adamw_skips_decay_on_norms_biases_and_embeddings(tiny_config):
     model = VisionTransformer(classifier_activation=None, **tiny_config)
     training.compile_model(model, total_steps=10)
