@@ -115,7 +115,10 @@ def from_arrays(
             not for digits or text) or "affine" (random rotation up to
             +-11 degrees and zoom up to +-10%, then "crop"; for digits and
             characters).
-        seed: int or None, seed of the shuffle and the augmentation.
+        seed: int or None, seed of the shuffle and the augmentation. The
+            augmentation uses stateless random ops keyed by a seeded stream,
+            so with a seed every run yields the same images (new ones each
+            epoch), even with parallel map calls.
         class_names: optional list of names, stored as
             `dataset.class_names`; every label must index it.
 
@@ -322,6 +325,30 @@ def _size_pair(image_size):
     return int(height), int(width)
 
 
+def _augment(image, augment, key, height, width, channels):
+    """Stateless augmentation of one `(height, width, channels)` image in [0, 255], seeded by `key`."""
+    import keras
+
+    seeds = tf.random.experimental.stateless_split(key, num=4)
+    if augment == "affine":
+        # Rotation up to +-0.03 turns (10.8 degrees) and zoom in [0.9, 1.1] about the centre.
+        angle = tf.random.stateless_uniform((), seeds[0], -0.03, 0.03) * 2.0 * np.pi
+        scale = tf.random.stateless_uniform((), seeds[1], 0.9, 1.1)
+        cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
+        a0, a1 = scale * tf.cos(angle), -scale * tf.sin(angle)
+        b0, b1 = scale * tf.sin(angle), scale * tf.cos(angle)
+        transform = tf.stack([a0, a1, cx - a0 * cx - a1 * cy, b0, b1, cy - b0 * cx - b1 * cy, 0.0, 0.0])
+        image = keras.ops.image.affine_transform(
+            image[None], transform[None], interpolation="bilinear", fill_mode="constant", fill_value=0
+        )[0]
+    pad_h, pad_w = int(round(height * 1.125)), int(round(width * 1.125))
+    image = tf.image.resize(image, (pad_h, pad_w), method="bilinear")
+    image = tf.image.stateless_random_crop(image, (height, width, channels), seed=seeds[2])
+    if augment == "crop_flip":
+        image = tf.image.stateless_random_flip_left_right(image, seed=seeds[3])
+    return image
+
+
 def _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, count):
     """Shuffle, convert, resize, augment, scale, batch and prefetch."""
     height, width = _size_pair(image_size)
@@ -335,7 +362,7 @@ def _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_
         buffer = count if count and count > 0 else 10_000
         ds = ds.shuffle(min(buffer, 50_000), seed=seed, reshuffle_each_iteration=True)
 
-    def prepare(image, *label):
+    def prepare(image, *label, key=None):
         image = tf.cast(image, tf.float32)
         if image.shape.rank == 2:
             image = image[..., None]
@@ -345,33 +372,22 @@ def _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_
         elif in_channels == 3 and channels == 1:
             image = tf.image.rgb_to_grayscale(image)
         image = tf.image.resize(image, (height, width), method="bilinear", antialias=True)
-        if augment is not None:  # "crop", "crop_flip" and "affine" all end with a random crop
-            pad_h, pad_w = int(round(height * 1.125)), int(round(width * 1.125))
-            image = tf.image.resize(image, (pad_h, pad_w), method="bilinear")
-            image = tf.image.random_crop(image, (height, width, channels), seed=seed)
-            if augment == "crop_flip":
-                image = tf.image.random_flip_left_right(image, seed=seed)
+        if augment is not None:
+            image = _augment(image, augment, key, height, width, channels)
         image = preprocess_input(image)
         return (image, *label) if label else image
 
-    if augment == "affine":
-        import keras
-
-        # Small rotations and zooms (digits, characters): Keras' own preprocessing layers, on raw pixels
-        # with background 0, before the crop and the scaling in `prepare`.
-        rotate = keras.layers.RandomRotation(0.03, fill_mode="constant", seed=seed)
-        zoom = keras.layers.RandomZoom(0.1, fill_mode="constant", seed=seed)
-
-        def warp(image, *label):
-            image = tf.cast(image, tf.float32)
-            if image.shape.rank == 2:
-                image = image[..., None]
-            image = tf.image.resize(image, (height, width), method="bilinear", antialias=True)
-            image = zoom(rotate(image, training=True), training=True)
-            return (image, *label) if label else image
-
-        ds = ds.map(warp, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if augment is None:
+        ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    else:
+        # Stateless random ops keyed by a seeded random stream (new keys each epoch): the augmentation
+        # is the same on every run with the same seed, even with parallel map calls.
+        keys = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+        ds = tf.data.Dataset.zip((ds, keys)).map(
+            lambda element, key: prepare(*(element if isinstance(element, tuple) else (element,)), key=key),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
     ds = ds.batch(batch_size, drop_remainder=False).prefetch(tf.data.AUTOTUNE)
     ds.class_names = class_names
     ds.num_examples = count
