@@ -1,6 +1,6 @@
 """ONNX export through tf2onnx, checked by the ONNX checker and onnxruntime."""
 
-from export import _files
+from keras_vit import _files
 from export.signature import INPUT_NAME, OUTPUT_NAME, image_shape, serving_function
 
 DEFAULT_OPSET = 17

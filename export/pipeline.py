@@ -6,7 +6,7 @@ import tempfile
 
 import numpy as np
 
-from export import _files
+from keras_vit import _files
 from export.onnx import check_opset
 from export.signature import image_shape
 from export.tflite import QUANTIZATIONS, check_quantization

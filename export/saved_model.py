@@ -1,6 +1,6 @@
 """SavedModel export with a stable serving signature."""
 
-from export import _files
+from keras_vit import _files
 from export.signature import INPUT_NAME, OUTPUT_NAME, image_shape, write_saved_model
 
 

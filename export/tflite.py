@@ -6,7 +6,7 @@ import tempfile
 
 import numpy as np
 
-from export import _files
+from keras_vit import _files
 from export.signature import image_shape, write_saved_model
 
 QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8")

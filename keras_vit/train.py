@@ -20,8 +20,9 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import time
+
+from keras_vit import _files
 
 DEFAULTS = {
     "image_size": 16,
@@ -116,20 +117,9 @@ def _load_data(args, image_size, batch_size):
 
 
 def _atomic_write(path, write):
-    """Calls write(tmp_path) then moves tmp_path to `path` (permissions as the umask allows)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    suffix = "".join(os.path.basename(path).partition(".")[1:])
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=suffix)
-    os.close(fd)
-    try:
+    """Calls write(tmp_path) on a temporary file beside `path`, then moves it into place."""
+    with _files.staged(path, overwrite=True) as tmp:
         write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def _write_json(path, obj):

@@ -1,4 +1,7 @@
-"""Write-then-move helpers: nothing half-written ever sits under a final name."""
+"""Write-then-move helpers: nothing half-written ever sits under a final name.
+
+Used by `keras-vit-train` and by the `export` package.
+"""
 
 import contextlib
 import os
