@@ -14,6 +14,7 @@ from keras_vit.models import (
     ViTTi16,
 )
 from keras_vit.preprocessing import decode_predictions, preprocess_input
+from keras_vit import weights  # noqa: E402 (after models: it builds them lazily)
 
 __version__ = "0.1.0"
 
@@ -31,4 +32,5 @@ __all__ = [
     "ViTH14",
     "preprocess_input",
     "decode_predictions",
+    "weights",
 ]

@@ -20,7 +20,8 @@ def staged(path, overwrite=False, directory=False):
     """Yields a temporary path beside `path`; moves it into place if the block succeeds.
 
     The temporary name starts with ".tmp-" in the same folder, so the final
-    move is a rename on the same file system. On any exception the temporary
+    move is a rename on the same file system, and a file's name ends with
+    the final name, so writers that check extensions (".weights.h5") accept it. On any exception the temporary
     file or folder is removed and `path` is left as it was.
     """
     check_target(path, overwrite)
@@ -31,7 +32,7 @@ def staged(path, overwrite=False, directory=False):
         tmp = tempfile.mkdtemp(dir=parent, prefix=f".tmp-{base}-")
         os.rmdir(tmp)  # writers want to create the folder themselves
     else:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".tmp-{base}-", suffix=os.path.splitext(base)[1])
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".tmp-", suffix=f"-{base}")  # keeps ".weights.h5"
         os.close(fd)
     try:
         yield tmp

@@ -13,17 +13,26 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def test_keras_vit_never_imports_export_or_its_runtimes():
     script = (
         "import sys, keras_vit, keras_vit.data, keras_vit.training, keras_vit.train\n"
-        "bad = [m for m in ('export', 'tf2onnx', 'onnxruntime', 'ai_edge_litert') if m in sys.modules]\n"
+        "bad = [m for m in ('export', 'tf2onnx', 'onnxruntime', 'ai_edge_litert', 'torch', 'transformers', 'vit_keras')\n"
+        "       if m in sys.modules]\n"
         "print('LOADED', bad)\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert "LOADED []" in result.stdout, result.stdout + result.stderr[-2000:]
 
 
+def test_layer_and_model_modules_do_not_import_the_weights_package():
+    for folder in ("layers", "models"):
+        for path in (ROOT / "keras_vit" / folder).rglob("*.py"):
+            top_level = [n for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+            names = [a.name for n in top_level for a in n.names] + [n.module or "" for n in top_level if isinstance(n, ast.ImportFrom)]
+            assert not [n for n in names if "weights" in n], path
+
+
 def test_public_names():
     assert set(keras_vit.__all__) == {
         "layers", "VisionTransformer", "ViTTi16", "ViTS16", "ViTS32", "ViTB8", "ViTB16", "ViTB32",
-        "ViTL16", "ViTL32", "ViTH14", "preprocess_input", "decode_predictions",
+        "ViTL16", "ViTL32", "ViTH14", "preprocess_input", "decode_predictions", "weights",
     }
     assert all(hasattr(keras_vit, name) for name in keras_vit.__all__)
 

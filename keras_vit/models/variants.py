@@ -41,8 +41,11 @@ _DOC = """Builds ViT-{size}/{patch} (hidden_size {hidden}, {layers} layers, {hea
 
     Args:
         include_top: bool, default True. Include the classification head.
-        weights: None (random initialisation) or the path of a Keras
-            `.weights.h5` file. Pretrained names raise ValueError for now.
+        weights: None (random initialisation), "imagenet" (ImageNet-21k
+            pre-trained, ImageNet-1k fine-tuned), "imagenet21k", a name from
+            `keras_vit.weights.CHECKPOINTS`, a checkpoint file (.npz,
+            .safetensors) or a Keras `.weights.h5` file (see
+            `VisionTransformer`).
         input_tensor: optional Keras tensor to use as image input.
         input_shape: (height, width, channels), default (224, 224, 3); height
             and width must be multiples of {patch}.

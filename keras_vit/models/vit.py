@@ -10,7 +10,7 @@ from keras_vit.layers import Patches, PatchEncoder, SequencePooling, Transformer
 
 CLASSIFIERS = ("token", "gap")
 POOLINGS = (None, "token", "avg", "max")
-PRETRAINED_NAMES = ("imagenet", "imagenet21k")
+PRETRAINED_NAMES = ("imagenet", "imagenet21k")  # see keras_vit.weights.registry.DEFAULTS
 DEFAULT_INPUT_SHAPE = (224, 224, 3)
 
 
@@ -75,10 +75,17 @@ def VisionTransformer(
         approximate_gelu: bool, default False (exact GELU); True uses the
             tanh approximation of the original JAX ViT.
         include_top: bool, default True. Whether to include the head.
-        weights: None (random initialisation) or the path of a Keras
-            `.weights.h5` file saved from a model of the same configuration.
-            Pretrained checkpoint names ("imagenet", "imagenet21k") are not
-            available yet and raise ValueError.
+        weights: None (random initialisation); "imagenet" (ImageNet-21k
+            pre-trained, ImageNet-1k fine-tuned, 1000-class head) or
+            "imagenet21k" (pre-trained only) for a configuration of a
+            published variant; a name from `keras_vit.weights.CHECKPOINTS`;
+            a checkpoint file (Google `.npz`, Hugging Face or timm
+            `.safetensors`), loaded by `keras_vit.weights.load_pretrained`
+            (position embeddings resampled to this resolution, head zeroed
+            with a message when `classes` differs); or a Keras
+            `.weights.h5` file saved from a model of this configuration.
+            Names are downloaded once to `~/.keras/models/keras_vit/` with a
+            SHA-256 check.
         input_tensor: optional Keras tensor (output of `keras.Input` or of
             a Keras layer) of shape (batch, height, width, channels) to use
             as image input.
@@ -112,8 +119,9 @@ def VisionTransformer(
             divisible by `num_heads`, an unknown `classifier`, `pooling` or
             `classifier_activation`, `classifier="token"` without a class
             token, `input_tensor` and `input_shape` disagreeing, dropout rates
-            outside [0, 1), a weights value other than None or a weights file,
-            or a weights file that does not load into this configuration.
+            outside [0, 1), an unknown weights value, or weights that do not
+            load into this configuration (`keras_vit.weights.CheckpointError`,
+            a ValueError naming the key and both shapes).
 
     Example:
 
@@ -156,8 +164,10 @@ def VisionTransformer(
         check_rate(arg, value)
     check_bool("include_top", include_top)
     check_bool("approximate_gelu", approximate_gelu)
-    _check_weights(weights)
+    weights_kind = _check_weights(weights)
     input_shape = _resolve_input_shape(input_shape, input_tensor, patch_size)
+    if weights_kind == "checkpoint" and isinstance(weights, str) and not os.path.exists(weights):
+        weights = _pretrained_checkpoint(weights, (patch_size, hidden_size, num_layers, num_heads, mlp_dim), input_shape)
 
     image_input = keras.Input(shape=input_shape, name="images") if input_tensor is None else input_tensor
 
@@ -194,7 +204,7 @@ def VisionTransformer(
 
     inputs = image_input if input_tensor is None else keras.utils.get_source_inputs(input_tensor)
     model = keras.Model(inputs, x, name=name)
-    if weights is not None:
+    if weights_kind == "keras":
         try:
             model.load_weights(weights)
         except Exception as e:  # not HDF5, or saved from another configuration
@@ -202,6 +212,10 @@ def VisionTransformer(
                 f"`weights` file could not be loaded into {name!r}: {type(e).__name__}: {str(e)[:300]}. "
                 f"Received: weights={weights!r}"
             ) from None
+    elif weights_kind == "checkpoint":
+        from keras_vit.weights import load_pretrained  # keras_vit.weights stays out of the model module's imports
+
+        load_pretrained(model, weights)
     return model
 
 
@@ -218,20 +232,39 @@ def _check_activation(classifier_activation):
 
 
 def _check_weights(weights):
+    """Returns "none", "keras" (a .weights.h5 file) or "checkpoint" (a name or a .npz/.safetensors file)."""
     if weights is None:
-        return
-    if isinstance(weights, str) and weights in PRETRAINED_NAMES:
-        raise ValueError(
-            f"Pretrained weights are not available in keras_vit yet. Received: weights={weights!r}. "
-            "Use weights=None or the path of a .weights.h5 file."
-        )
+        return "none"
+    if isinstance(weights, str) and not os.path.exists(weights):
+        from keras_vit.weights.registry import CHECKPOINTS
+
+        if weights in PRETRAINED_NAMES or weights in CHECKPOINTS:
+            return "checkpoint"
     if not isinstance(weights, (str, os.PathLike)) or not os.path.isfile(weights):
         raise ValueError(
-            "`weights` must be None or the path of an existing .weights.h5 file. "
-            f"Received: weights={weights!r}"
+            "`weights` must be None, 'imagenet', 'imagenet21k', a name from keras_vit.weights.CHECKPOINTS, "
+            f"or the path of an existing .weights.h5, .npz or .safetensors file. Received: weights={weights!r}"
         )
-    if not str(weights).endswith(".weights.h5"):
-        raise ValueError(f"`weights` file must end in '.weights.h5'. Received: weights={weights!r}")
+    path = os.fspath(weights)
+    if path.endswith(".weights.h5"):
+        return "keras"
+    if path.endswith((".npz", ".safetensors")):
+        return "checkpoint"
+    raise ValueError(
+        f"`weights` file must end in '.weights.h5', '.npz' or '.safetensors'. Received: weights={weights!r}"
+    )
+
+
+def _pretrained_checkpoint(weights, config, input_shape):
+    """Returns the registry `Checkpoint` a name means for this configuration; raises ValueError if none."""
+    from keras_vit.models.variants import SIZES, VARIANTS
+    from keras_vit.weights.registry import resolve
+
+    variant = None
+    for name, (size, patch) in VARIANTS.items():
+        if config == (patch, *SIZES[size]) and input_shape[2] == 3:
+            variant = name
+    return resolve(weights, variant)
 
 
 def _resolve_input_shape(input_shape, input_tensor, patch_size):

@@ -1,0 +1,412 @@
+"""Loading checkpoints into keras_vit models, and saving them back in Google's layout."""
+
+import dataclasses
+import logging
+import os
+
+import numpy as np
+
+from keras_vit.weights import layouts
+from keras_vit.weights.layouts import ATTENTION, BLOCK, LN1, LN2, MLP, POS, CheckpointError
+from keras_vit.weights.resample import grid_shape, resample_position_embedding
+
+LOG = logging.getLogger("keras_vit.weights")
+HEAD_MODES = ("auto", "load", "reset")
+# hidden_size -> num_heads of the published variants (head width 64, 80 for H); PyTorch layouts do not record it.
+HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
+
+
+@dataclasses.dataclass
+class LoadReport:
+    """What `load_pretrained` did.
+
+    Attributes:
+        layout: the checkpoint's layout ("google", "big_vision", "huggingface", "timm").
+        loaded: canonical names of the arrays copied into the model.
+        resampled: None, or ((rows, cols) before, (rows, cols) after) when
+            the position embeddings were resampled.
+        head: "loaded", "reset" (zero-initialised) or "none" (the model has no head).
+        messages: the messages logged, in order.
+    """
+
+    layout: str
+    loaded: list
+    resampled: object = None
+    head: str = "none"
+    messages: list = dataclasses.field(default_factory=list)
+
+    def say(self, message):
+        self.messages.append(message)
+
+
+def _layer(model, name):
+    try:
+        return model.get_layer(name)
+    except ValueError:
+        return None
+
+
+def describe(model):
+    """Returns the architecture of a keras_vit model as a dict (patch size, grid, widths, layers).
+
+    Raises:
+        CheckpointError: the model is not a keras_vit Vision Transformer (no
+            `patch_encoder` layer of type `PatchEncoder`).
+    """
+    from keras_vit.layers import PatchEncoder
+
+    encoder = _layer(model, "patch_encoder")
+    patches = _layer(model, "patches")
+    if not isinstance(encoder, PatchEncoder) or patches is None:
+        raise CheckpointError(
+            f"Model {model.name!r} is not a keras_vit Vision Transformer (it has no 'patches' and 'patch_encoder' layers)"
+        )
+    _, height, width, channels = patches.input.shape
+    blocks = []
+    while (block := _layer(model, f"transformer_block_{len(blocks)}")) is not None:
+        blocks.append(block)
+    p = patches.patch_size
+    return {
+        "patch_size": p,
+        "channels": channels,
+        "grid": (height // p, width // p),
+        "hidden_size": encoder.hidden_size,
+        "class_token": encoder.class_token,
+        "num_layers": len(blocks),
+        "num_heads": blocks[0].num_heads if blocks else None,
+        "mlp_dim": blocks[0].mlp_dim if blocks else None,
+        "encoder": encoder,
+        "blocks": blocks,
+        "encoder_norm": _layer(model, "encoder_norm"),
+        "pre_logits": _layer(model, "pre_logits"),
+        "head": _layer(model, "predictions"),
+    }
+
+
+def variant_of(model):
+    """Returns the builder name ("ViTB16") whose configuration the model has, or None."""
+    from keras_vit.models.variants import SIZES, VARIANTS
+
+    d = describe(model)
+    for name, (size, patch) in VARIANTS.items():
+        config = (d["hidden_size"], d["num_layers"], d["num_heads"], d["mlp_dim"])
+        if d["patch_size"] == patch and d["channels"] == 3 and config == SIZES[size]:
+            return name
+    return None
+
+
+def _block_variables(block):
+    a = block.attention
+    return {
+        f"{LN1}/scale": block.norm_1.gamma, f"{LN1}/bias": block.norm_1.beta,
+        f"{ATTENTION}/query/kernel": a.query_dense.kernel, f"{ATTENTION}/query/bias": a.query_dense.bias,
+        f"{ATTENTION}/key/kernel": a.key_dense.kernel, f"{ATTENTION}/key/bias": a.key_dense.bias,
+        f"{ATTENTION}/value/kernel": a.value_dense.kernel, f"{ATTENTION}/value/bias": a.value_dense.bias,
+        f"{ATTENTION}/out/kernel": a.output_dense.kernel, f"{ATTENTION}/out/bias": a.output_dense.bias,
+        f"{LN2}/scale": block.norm_2.gamma, f"{LN2}/bias": block.norm_2.beta,
+        f"{MLP}/Dense_0/kernel": block.mlp_dense_1.kernel, f"{MLP}/Dense_0/bias": block.mlp_dense_1.bias,
+        f"{MLP}/Dense_1/kernel": block.mlp_dense_2.kernel, f"{MLP}/Dense_1/bias": block.mlp_dense_2.bias,
+    }
+
+
+def model_variables(model):
+    """Maps canonical (Google pre-linen) names to the model's variables, except the position embedding.
+
+    The patch projection kernel is listed under "embedding/kernel" with the
+    model's (P * P * C, D) shape.
+    """
+    d = describe(model)
+    enc = d["encoder"]
+    out = {"embedding/kernel": enc.projection.kernel, "embedding/bias": enc.projection.bias}
+    if d["class_token"]:
+        out["cls"] = enc.cls
+    for i, block in enumerate(d["blocks"]):
+        out.update({f"{BLOCK.format(i)}/{k}": v for k, v in _block_variables(block).items()})
+    out["Transformer/encoder_norm/scale"] = d["encoder_norm"].gamma
+    out["Transformer/encoder_norm/bias"] = d["encoder_norm"].beta
+    for name, layer in (("pre_logits", d["pre_logits"]), ("head", d["head"])):
+        if layer is not None:
+            out[f"{name}/kernel"], out[f"{name}/bias"] = layer.kernel, layer.bias
+    return out
+
+
+def _resolve_source(model, checkpoint, cache_dir):
+    """Returns (arrays, description, registry entry or None)."""
+    from keras_vit.weights import registry
+
+    if isinstance(checkpoint, registry.Checkpoint):
+        return layouts.read_checkpoint(registry.fetch(checkpoint, cache_dir)), checkpoint.name, checkpoint
+    if isinstance(checkpoint, dict):
+        return {k: np.asarray(v, dtype=np.float32) for k, v in checkpoint.items()}, "arrays", None
+    if isinstance(checkpoint, str) and (checkpoint in registry.DEFAULTS or checkpoint in registry.CHECKPOINTS):
+        entry = registry.resolve(checkpoint, variant_of(model))
+        return layouts.read_checkpoint(registry.fetch(entry, cache_dir)), entry.name, entry
+    if isinstance(checkpoint, (str, os.PathLike)):
+        return layouts.read_checkpoint(checkpoint), os.fspath(checkpoint), None
+    raise CheckpointError(
+        "`checkpoint` must be a file path (.npz, .safetensors), a checkpoint name ('imagenet', 'imagenet21k', "
+        f"or a key of keras_vit.weights.CHECKPOINTS) or a dict of arrays. Received: {type(checkpoint).__name__}"
+    )
+
+
+def load_pretrained(
+    model, checkpoint, head="auto", interpolation="bilinear", antialias=False, source_grid=None, cache_dir=None
+):
+    """Loads a ViT checkpoint into a keras_vit model, all or nothing.
+
+    Reads Google's `.npz` files (original, AugReg and big_vision layouts,
+    scanned or not, with `opt/target/` or `params/` prefixes), Hugging Face
+    and timm `.safetensors` files (see `keras_vit.weights.layouts`). Every
+    array is checked against the model before the first one is assigned: a
+    mismatch raises and leaves the model as it was.
+
+    Position embeddings are resampled when the checkpoint's patch grid
+    differs from the model's (paper Sec. 3.2; `resample_position_embedding`),
+    with one logged message; the class-token row is kept, and whether there
+    is one is read from the checkpoint (a `cls` array), never guessed from
+    the row count.
+
+    Heads (paper Sec. 3.2: the pre-trained head is removed and a
+    zero-initialised one attached for fine-tuning):
+        head="auto" (default): the checkpoint's head is loaded when its shape
+            fits the model's; otherwise (other `classes`, no head in the
+            file, or a head that is all zeros) the model's head is set to
+            zeros and a message says why. `include_top=False` models have no
+            head and the file's is reported as unused.
+        head="load": the head must load; raises CheckpointError instead.
+        head="reset": always zero the model's head (the "pretrained
+            backbone" path) and say so.
+    A `pre_logits` layer (Dense + tanh, `representation_size`) is loaded
+    when the model has one; the file's is reported as unused when not.
+
+    Messages go to the `keras_vit.weights` logger at WARNING level once the
+    load has succeeded, and are returned in the report.
+
+    Args:
+        model: a model built by `keras_vit.VisionTransformer` or a variant
+            builder (layer names `patches`, `patch_encoder`,
+            `transformer_block_{i}`, `encoder_norm`, `pre_logits`,
+            `predictions`).
+        checkpoint: a path (.npz or .safetensors), "imagenet" /
+            "imagenet21k" (for a model of a published variant), a key of
+            `keras_vit.weights.CHECKPOINTS`, a `Checkpoint`, or a dict name ->
+            array. Names are downloaded once with a SHA-256 check (`fetch`).
+        head: "auto", "load" or "reset" (above).
+        interpolation: "bilinear" (the reference code's, default) or "bicubic".
+        antialias: bool, with "bicubic" only.
+        source_grid: (rows, cols) of the checkpoint's grid when it is not
+            square; default square.
+        cache_dir: download cache root, default `~/.keras`.
+
+    Returns:
+        A `LoadReport`.
+
+    Raises:
+        CheckpointError (a ValueError): unreadable file; unknown layout; a
+            tensor whose shape does not fit (the message names the key and
+            both shapes); a missing key; a different number of layers; a
+            class token in one but not the other; unknown extra parameters;
+            `head="load"` when the head cannot load.
+        ValueError: a bad argument, an unknown checkpoint name, or a failed
+            or corrupt download.
+    """
+    from keras_vit._validation import check_choice
+
+    check_choice("head", head, HEAD_MODES)
+    d = describe(model)
+    arrays, source, entry = _resolve_source(model, checkpoint, cache_dir)
+    canon, layout = layouts.to_canonical(arrays, num_heads=d["num_heads"])
+    report = LoadReport(layout=layout, loaded=[])
+    variables = model_variables(model)
+    values = {}
+
+    def take(key, expected, transform=None):
+        if key not in canon:
+            raise CheckpointError(f"Checkpoint {source!r} is missing key {key!r} (model shape {tuple(expected)})")
+        value = canon[key]
+        if tuple(value.shape) != tuple(expected):
+            raise CheckpointError(
+                f"Checkpoint key {key!r} has shape {tuple(value.shape)}, the model needs {tuple(expected)}"
+            )
+        values[key] = value if transform is None else transform(value)
+
+    n_ckpt = len({k.split("/")[1] for k in canon if k.startswith("Transformer/encoderblock_")})
+    if n_ckpt != d["num_layers"]:
+        raise CheckpointError(f"Checkpoint {source!r} has {n_ckpt} encoder blocks, the model has {d['num_layers']}")
+    p, c, width = d["patch_size"], d["channels"], d["hidden_size"]
+    take("embedding/kernel", (p, p, c, width), lambda v: v.reshape(p * p * c, width))
+    has_cls = "cls" in canon
+    if has_cls != d["class_token"]:
+        raise CheckpointError(
+            f"Checkpoint {source!r} {'has' if has_cls else 'has no'} class token ('cls'), "
+            f"the model {'has' if d['class_token'] else 'has none'} (class_token={d['class_token']})"
+        )
+    for key, var in variables.items():
+        if key in ("embedding/kernel",) or key.startswith(("head/", "pre_logits/")):
+            continue
+        take(key, var.shape)
+
+    # Position embeddings: resample the grid when it differs (paper Sec. 3.2).
+    if POS not in canon:
+        raise CheckpointError(f"Checkpoint {source!r} is missing key {POS!r}")
+    pos = canon[POS]
+    prefix = int(has_cls)
+    if pos.ndim != 3 or pos.shape[0] != 1 or pos.shape[2] != width:
+        raise CheckpointError(f"Checkpoint key {POS!r} has shape {pos.shape}, the model needs (1, tokens, {width})")
+    try:
+        old_grid = grid_shape(pos.shape[1] - prefix, source_grid, "source_grid")
+    except ValueError as e:
+        raise CheckpointError(f"Checkpoint key {POS!r}: {e}") from None
+    resampled = pos
+    if old_grid != tuple(d["grid"]):
+        resampled = resample_position_embedding(pos, d["grid"], prefix, old_grid, interpolation, antialias)
+        report.resampled = (old_grid, tuple(d["grid"]))
+        report.say(
+            f"Resampled position embeddings from a {old_grid[0]}x{old_grid[1]} to a {d['grid'][0]}x{d['grid'][1]} "
+            f"patch grid ({interpolation}{', antialiased' if antialias else ''}; class token row kept)"
+        )
+    values[POS] = resampled
+
+    # pre_logits (representation layer)
+    if d["pre_logits"] is not None:
+        take("pre_logits/kernel", variables["pre_logits/kernel"].shape)
+        take("pre_logits/bias", variables["pre_logits/bias"].shape)
+    elif "pre_logits/kernel" in canon:
+        report.say("The checkpoint's pre_logits (representation) layer is unused: the model has none "
+                   "(build it with representation_size to use it)")
+
+    # Head
+    has_head = "head/kernel" in canon
+    zero = has_head and (not np.any(canon["head/kernel"]) and not np.any(canon["head/bias"]))
+    zero = zero or bool(entry is not None and entry.zero_head)
+    if d["head"] is None:
+        report.head = "none"
+        if has_head:
+            report.say("The checkpoint's head is unused: the model has no head (include_top=False)")
+    else:
+        kernel, bias = variables["head/kernel"], variables["head/bias"]
+        reason = None
+        if head == "reset":
+            reason = "head='reset'"
+        elif not has_head:
+            reason = "the checkpoint has no head"
+        elif tuple(canon["head/kernel"].shape) != tuple(kernel.shape):
+            reason = (f"the checkpoint's head has shape {tuple(canon['head/kernel'].shape)}, "
+                      f"the model's {tuple(kernel.shape)} (classes={kernel.shape[1]})")
+        elif zero:
+            reason = "the checkpoint's head is all zeros (a pre-training checkpoint without a usable classifier)"
+        if reason is not None and head == "load":
+            raise CheckpointError(f"head='load' but the head cannot be loaded: {reason}")
+        if reason is None:
+            take("head/kernel", kernel.shape)
+            take("head/bias", bias.shape)
+            report.head = "loaded"
+        else:
+            values["head/kernel"] = np.zeros(kernel.shape, np.float32)
+            values["head/bias"] = np.zeros(bias.shape, np.float32)
+            report.head = "reset"
+            report.say(f"Head re-initialised to zeros ({reason}); fine-tune it before use as a classifier")
+
+    known = set(values) | {"pre_logits/kernel", "pre_logits/bias", "head/kernel", "head/bias"}
+    unknown = sorted(set(canon) - known)
+    if unknown:
+        raise CheckpointError(
+            f"Checkpoint {source!r} has parameters this model has no place for: {', '.join(unknown[:6])}"
+            + (f" and {len(unknown) - 6} more" if len(unknown) > 6 else "")
+        )
+
+    # Everything checked: assign.
+    targets = dict(variables, **{POS: d["encoder"].position_embedding})
+    for key, value in values.items():
+        targets[key].assign(value.astype(targets[key].dtype))
+    for message in report.messages:  # only once the load has succeeded
+        LOG.warning(message)
+    report.loaded = sorted(k for k in values if not (k.startswith("head/") and report.head == "reset"))
+    return report
+
+
+def to_canonical_arrays(model):
+    """Returns the model's weights as a dict in the canonical (Google pre-linen) layout, float32."""
+    d = describe(model)
+    out = {key: np.asarray(var.numpy(), np.float32) for key, var in model_variables(model).items()}
+    p, c = d["patch_size"], d["channels"]
+    out["embedding/kernel"] = out["embedding/kernel"].reshape(p, p, c, d["hidden_size"])
+    out[POS] = np.asarray(d["encoder"].position_embedding.numpy(), np.float32)
+    return out
+
+
+def save_checkpoint(model, path, overwrite=False):
+    """Saves a keras_vit model's weights as an `.npz` in Google's pre-linen layout.
+
+    The file loads back with `load_pretrained` (at any resolution, with or
+    without the head) and with Google's and timm's own loaders. Written to a
+    temporary file and moved into place.
+
+    Args:
+        model: a keras_vit Vision Transformer.
+        path: destination, must end in ".npz".
+        overwrite: replace an existing file.
+
+    Returns:
+        `path`.
+
+    Raises:
+        ValueError: `path` does not end in ".npz"; FileExistsError: it
+            exists and `overwrite` is False.
+    """
+    from keras_vit._files import staged
+
+    path = os.fspath(path)
+    if not path.endswith(".npz"):
+        raise ValueError(f"`path` must end in '.npz'. Received: path={path!r}")
+    arrays = to_canonical_arrays(model)
+    with staged(path, overwrite) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+    return path
+
+
+def infer_config(arrays, num_heads=None):
+    """Reads the `VisionTransformer` arguments a checkpoint was trained with.
+
+    Args:
+        arrays: dict of checkpoint arrays (any layout).
+        num_heads: needed for PyTorch layouts whose width is not one of the
+            published variants'; otherwise read from the file or the variant
+            table.
+
+    Returns:
+        dict with patch_size, hidden_size, num_layers, num_heads, mlp_dim,
+        representation_size, class_token, classifier, classes (or None
+        without a head), image_size (square side from the position
+        embeddings, or None) and channels.
+
+    Raises:
+        CheckpointError: unknown layout, or `num_heads` needed and not known.
+    """
+    layout = layouts.detect_layout(arrays)
+    if layout in ("huggingface", "timm") and num_heads is None:
+        weight = next(v for k, v in arrays.items() if k.endswith(("patch_embed.proj.weight", "projection.weight")))
+        num_heads = HEADS_BY_WIDTH.get(weight.shape[0])
+        if num_heads is None:
+            raise CheckpointError(f"Width {weight.shape[0]} is not a published variant's; pass num_heads")
+    canon, _ = layouts.to_canonical(arrays, num_heads=num_heads)
+    kernel = canon["embedding/kernel"]
+    layers = len({k.split("/")[1] for k in canon if k.startswith("Transformer/encoderblock_")})
+    q = canon[f"{BLOCK.format(0)}/{ATTENTION}/query/kernel"]
+    class_token = "cls" in canon
+    tokens = canon[POS].shape[1] - int(class_token)
+    side = int(round(tokens ** 0.5))
+    return {
+        "patch_size": int(kernel.shape[0]),
+        "channels": int(kernel.shape[2]),
+        "hidden_size": int(kernel.shape[3]),
+        "num_layers": layers,
+        "num_heads": int(q.shape[1]),
+        "mlp_dim": int(canon[f"{BLOCK.format(0)}/{MLP}/Dense_0/kernel"].shape[1]),
+        "representation_size": int(canon["pre_logits/kernel"].shape[1]) if "pre_logits/kernel" in canon else None,
+        "class_token": class_token,
+        "classifier": "token" if class_token else "gap",
+        "classes": int(canon["head/kernel"].shape[1]) if "head/kernel" in canon else None,
+        "image_size": side * int(kernel.shape[0]) if side * side == tokens else None,
+    }

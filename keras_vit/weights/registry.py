@@ -1,0 +1,197 @@
+"""The published ViT checkpoints: where they are, what they hold, and a checked download.
+
+URLs from google-research/vision_transformer (README and `vit_jax.ipynb`
+gsutil listing) and the AugReg names timm's `default_cfgs` point at
+(CHECKPOINTS.md). "imagenet" means ImageNet-21k pre-training then
+ImageNet-1k fine-tuning (1000-class head); "imagenet21k" means pre-training
+only (21843-class head, or an all-zero head where the file has one).
+"""
+
+import dataclasses
+import hashlib
+import os
+
+import keras
+
+ORIGINAL = "https://storage.googleapis.com/vit_models/imagenet21k"
+ORIGINAL_FT = "https://storage.googleapis.com/vit_models/imagenet21k%2Bimagenet2012"
+AUGREG = "https://storage.googleapis.com/vit_models/augreg"
+CACHE_SUBDIR = os.path.join("models", "keras_vit")
+
+_AUGREG_PRETRAIN = {
+    "Ti_16": "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
+    "S_16": "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
+    "S_32": "S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
+    "B_8": "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0",
+    "B_16": "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0",
+    "B_32": "B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0",
+    "L_16": "L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1",
+}
+# The ImageNet-1k fine-tune learning rate of the 224 px file timm uses for each.
+_AUGREG_FT_LR = {"Ti_16": "0.03", "S_16": "0.03", "S_32": "0.03", "B_8": "0.01", "B_16": "0.01", "B_32": "0.03",
+                 "L_16": "0.01"}
+_VARIANT_OF = {"Ti_16": "ViTTi16", "S_16": "ViTS16", "S_32": "ViTS32", "B_8": "ViTB8", "B_16": "ViTB16",
+               "B_32": "ViTB32", "L_16": "ViTL16", "L_32": "ViTL32", "H_14": "ViTH14"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """One published checkpoint file.
+
+    Attributes:
+        name: registry key, e.g. "augreg/B_16-i21k+i1k-224".
+        variant: the keras_vit builder it fits, e.g. "ViTB16".
+        url: official download URL.
+        sha256: pinned SHA-256 hex digest of the file, or None where it has
+            not been recorded yet (see `fetch`).
+        image_size: resolution (pixels, square) the file was trained at.
+        classes: classes of its head (1000, 21843).
+        representation_size: width of its `pre_logits` layer, or None.
+        zero_head: True where the head is known to be all zeros (a
+            pre-training file whose classifier was dropped).
+    """
+
+    name: str
+    variant: str
+    url: str
+    sha256: object
+    image_size: int
+    classes: int
+    representation_size: object = None
+    zero_head: bool = False
+
+
+def _registry():
+    entries = []
+    for short, stem in _AUGREG_PRETRAIN.items():
+        variant = _VARIANT_OF[short]
+        entries.append(Checkpoint(f"augreg/{short}-i21k", variant, f"{AUGREG}/{stem}.npz", None, 224, 21843))
+        for res in (224, 384):
+            ft = f"{stem}--imagenet2012-steps_20k-lr_{_AUGREG_FT_LR[short]}-res_{res}"
+            if res == 384 and short == "B_8":
+                continue  # no 384 px B/8 fine-tune is published
+            if res == 384 and short == "B_32":  # timm's 384 px B/32 comes from another pre-training run
+                ft = "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_384"
+            entries.append(Checkpoint(f"augreg/{short}-i21k+i1k-{res}", variant, f"{AUGREG}/{ft}.npz", None, res, 1000))
+    widths = {"B": 768, "L": 1024, "H": 1280}
+    for short in ("B_16", "B_32", "B_8", "L_16", "L_32", "H_14"):
+        variant, width = _VARIANT_OF[short], widths[short[0]]
+        entries.append(Checkpoint(
+            f"original/{short}-i21k", variant, f"{ORIGINAL}/ViT-{short}.npz", None, 224, 21843,
+            representation_size=width, zero_head=short in ("L_32", "H_14"),
+        ))
+        if short != "H_14":
+            entries.append(Checkpoint(f"original/{short}-i21k+i1k-384", variant, f"{ORIGINAL_FT}/ViT-{short}.npz",
+                                      None, 384, 1000))
+        if short in ("B_16", "L_16"):
+            entries.append(Checkpoint(f"original/{short}-i21k+i1k-224", variant, f"{ORIGINAL_FT}/ViT-{short}-224.npz",
+                                      None, 224, 1000))
+    return {c.name: c for c in entries}
+
+
+CHECKPOINTS = _registry()
+
+# What `weights="imagenet"` / `"imagenet21k"` mean for each builder.
+DEFAULTS = {
+    "imagenet": {
+        **{_VARIANT_OF[s]: f"augreg/{s}-i21k+i1k-224" for s in _AUGREG_PRETRAIN},
+        "ViTL32": "original/L_32-i21k+i1k-384",
+    },
+    "imagenet21k": {
+        **{_VARIANT_OF[s]: f"augreg/{s}-i21k" for s in _AUGREG_PRETRAIN},
+        "ViTL32": "original/L_32-i21k",
+        "ViTH14": "original/H_14-i21k",
+    },
+}
+
+
+def resolve(weights, variant):
+    """Returns the `Checkpoint` that `weights` names for a model of `variant`.
+
+    Args:
+        weights: "imagenet", "imagenet21k" or a key of `CHECKPOINTS`.
+        variant: builder name ("ViTB16") or None for a configuration that
+            matches no variant.
+
+    Raises:
+        ValueError: an unknown name, a variant without such a checkpoint, or
+            a checkpoint of another variant (all named in the message).
+    """
+    if weights in DEFAULTS:
+        if variant is None:
+            raise ValueError(
+                f"weights={weights!r} needs one of the variant configurations ({', '.join(DEFAULTS[weights])}); "
+                "this model matches none of them"
+            )
+        if variant not in DEFAULTS[weights]:
+            raise ValueError(
+                f"No {weights!r} checkpoint is published for {variant}. Received: weights={weights!r}. "
+                f"Variants with one: {', '.join(sorted(DEFAULTS[weights]))}"
+            )
+        return CHECKPOINTS[DEFAULTS[weights][variant]]
+    if weights not in CHECKPOINTS:
+        raise ValueError(f"Unknown checkpoint name. Received: weights={weights!r}")
+    checkpoint = CHECKPOINTS[weights]
+    if checkpoint.variant != variant:
+        raise ValueError(
+            f"Checkpoint {weights!r} is a {checkpoint.variant} checkpoint; the model is "
+            f"{variant or 'not a published variant (or not 3-channel)'}"
+        )
+    return checkpoint
+
+
+def sha256(path, chunk=1 << 20):
+    """Returns the SHA-256 hex digest of a file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch(checkpoint, cache_dir=None):
+    """Downloads a checkpoint with `keras.utils.get_file` (cached) and checks its SHA-256.
+
+    Files go to `~/.keras/models/keras_vit/` (or `cache_dir/models/
+    keras_vit/`); `keras.utils.get_file` removes a partial download when
+    the transfer fails (a connection cut short raises
+    `urllib.error.ContentTooShortError`). The SHA-256 is checked here, on the
+    cached file too: a file whose digest differs from the pinned one is
+    deleted and fetched once more; if that copy is wrong too it is deleted
+    and an error raised, so nothing corrupt is ever loaded. Where no
+    digest is pinned (`checkpoint.sha256` is None) the file is used and its
+    digest is logged, to be recorded in the registry.
+
+    Args:
+        checkpoint: a `Checkpoint`.
+        cache_dir: optional cache root, default `~/.keras`.
+
+    Returns:
+        The local path of the verified file.
+
+    Raises:
+        ValueError: the file's SHA-256 differs from the pinned one (the file
+            has been deleted), or the download failed (the message names the
+            URL and the cause).
+    """
+    fname = f"{checkpoint.name.replace('/', '--')}.npz"
+    for attempt in (1, 2):  # a stale or damaged cached copy is fetched again once
+        try:
+            path = keras.utils.get_file(fname, checkpoint.url, cache_dir=cache_dir, cache_subdir=CACHE_SUBDIR)
+        except Exception as e:  # get_file wraps HTTP and URL errors in a bare Exception
+            raise ValueError(
+                f"Download of checkpoint {checkpoint.name!r} from {checkpoint.url} failed: {type(e).__name__}: {e}"
+            ) from None
+        digest = sha256(path)
+        if checkpoint.sha256 is None:
+            from keras_vit.weights.loader import LOG
+
+            LOG.warning("No SHA-256 is pinned for %s; the file %s has SHA-256 %s", checkpoint.name, path, digest)
+            return path
+        if digest == checkpoint.sha256:
+            return path
+        os.remove(path)
+    raise ValueError(
+        f"Checkpoint {checkpoint.name!r} from {checkpoint.url} is corrupt or truncated: its SHA-256 is {digest}, "
+        f"expected {checkpoint.sha256}. The file has been deleted."
+    )
