@@ -19,7 +19,7 @@ def load(name):
 
 
 def test_every_example_has_a_smoke_test():
-    tested = {"build_and_predict", "finetune_image_folder", "finetune_tfds"}
+    tested = {"build_and_predict", "finetune_image_folder", "finetune_tfds", "finetune_pretrained"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -49,3 +49,27 @@ def test_finetune_tfds_with_mock_data(tmp_path):
             ["mnist", "--image-size", "16", "--epochs", "1", "--batch-size", "8", "--output", str(out)]
         )
     assert out.exists() and np.isfinite(history.history["loss"][0])
+
+
+def test_finetune_pretrained_at_a_higher_resolution(tmp_path, capsys):
+    import keras
+
+    from tests.weights import reference
+
+    checkpoint = tmp_path / "pretrained.npz"  # a 16-px "pre-trained" ViT in Google's layout, 5-class head
+    np.savez(checkpoint, **reference.google_checkpoint(0))
+    out = tmp_path / "m.keras"
+    history = load("finetune_pretrained").main(
+        [str(checkpoint), "--epochs", "1", "--batch-size", "64", "--output", str(out)]
+    )
+    printed = capsys.readouterr().out
+    assert "loaded a google checkpoint; position grid ((4, 4), (7, 7))" in printed  # 16 px -> 28 px
+    model = keras.saving.load_model(out)
+    assert model.input_shape == (None, 28, 28, 3) and model.output_shape == (None, 10)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_finetune_pretrained_lists_the_published_files(capsys):
+    assert load("finetune_pretrained").main(["--list"]) is None
+    printed = capsys.readouterr().out
+    assert "https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz" in printed

@@ -9,6 +9,7 @@ only (21843-class head, or an all-zero head where the file has one).
 
 import dataclasses
 import hashlib
+import json
 import os
 
 import keras
@@ -17,6 +18,14 @@ ORIGINAL = "https://storage.googleapis.com/vit_models/imagenet21k"
 ORIGINAL_FT = "https://storage.googleapis.com/vit_models/imagenet21k%2Bimagenet2012"
 AUGREG = "https://storage.googleapis.com/vit_models/augreg"
 CACHE_SUBDIR = os.path.join("models", "keras_vit")
+# name -> SHA-256 of the published file, written by `python -m keras_vit.weights.pin` on a machine that can
+# reach storage.googleapis.com. Names missing here download with a logged digest instead of a check.
+PINNED_FILE = os.path.join(os.path.dirname(__file__), "sha256.json")
+
+
+def _pinned():
+    with open(PINNED_FILE) as f:
+        return json.load(f)
 
 _AUGREG_PRETRAIN = {
     "Ti_16": "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
@@ -62,6 +71,7 @@ class Checkpoint:
 
 
 def _registry():
+    pinned = _pinned()
     entries = []
     for short, stem in _AUGREG_PRETRAIN.items():
         variant = _VARIANT_OF[short]
@@ -86,7 +96,7 @@ def _registry():
         if short in ("B_16", "L_16"):
             entries.append(Checkpoint(f"original/{short}-i21k+i1k-224", variant, f"{ORIGINAL_FT}/ViT-{short}-224.npz",
                                       None, 224, 1000))
-    return {c.name: c for c in entries}
+    return {c.name: dataclasses.replace(c, sha256=pinned.get(c.name)) for c in entries}
 
 
 CHECKPOINTS = _registry()

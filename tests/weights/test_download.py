@@ -1,6 +1,7 @@
 """Checked downloads (keras.utils.get_file + SHA-256) against a local HTTP server on 127.0.0.1."""
 
 import hashlib
+import json
 import http.server
 import threading
 
@@ -165,3 +166,28 @@ def test_builder_imagenet_downloads_verifies_and_matches_the_reference(tmp_path,
     x = np.random.default_rng(0).uniform(-1, 1, (2, 224, 224, 3)).astype("float32")
     np.testing.assert_allclose(model.predict(x, verbose=0), reference.forward(arrays, x, layers=12), atol=1e-4, rtol=0)
     assert len(server.requests) == 1 and list((tmp_path / "models" / "keras_vit").iterdir())
+
+
+def test_pin_records_digests_that_fetch_then_enforces(tmp_path, tiny_npz, monkeypatch):
+    from keras_vit.weights import pin
+
+    output = tmp_path / "sha256.json"
+    output.write_text('{"other/file": "' + "0" * 64 + '"}\n')
+    with _Server({"/a.npz": tiny_npz, "/truncated/b.npz": tiny_npz}) as server:
+        monkeypatch.setitem(registry.CHECKPOINTS, "test/a", _entry(f"{server.url}/a.npz", None, "test/a"))
+        monkeypatch.setitem(registry.CHECKPOINTS, "test/b", _entry(f"{server.url}/truncated/b.npz", None, "test/b"))
+        assert pin.main(["--only", "test/a", "--output", str(output)]) == 0
+        assert pin.main(["--only", "test/b", "--output", str(output)]) == 2  # a short transfer pins nothing
+        assert pin.main(["--only", "test/nope", "--output", str(output)]) == 2
+    recorded = json.loads(output.read_text())
+    assert recorded == {"other/file": "0" * 64, "test/a": hashlib.sha256(tiny_npz).hexdigest()}
+
+
+def test_registry_reads_pinned_digests(tmp_path, monkeypatch):
+    name = "augreg/S_16-i21k"
+    pinned = tmp_path / "sha256.json"
+    pinned.write_text('{"%s": "%s"}' % (name, "a" * 64))
+    monkeypatch.setattr(registry, "PINNED_FILE", str(pinned))
+    entries = registry._registry()
+    assert entries[name].sha256 == "a" * 64
+    assert entries["augreg/B_16-i21k"].sha256 is None
