@@ -26,6 +26,7 @@ import keras
 
 import keras_vit
 from keras_vit import data, training
+from keras_vit.models.resnet import output_stride
 from keras_vit.weights import CHECKPOINTS, fetch, infer_config, load_pretrained, read_checkpoint
 
 
@@ -53,9 +54,10 @@ def main(argv=None):
     path = fetch(CHECKPOINTS[args.checkpoint]) if args.checkpoint in CHECKPOINTS else args.checkpoint
     arrays = read_checkpoint(path)
     config = infer_config(arrays)
-    patch = config["patch_size"]
+    stride = output_stride(config["resnet_num_layers"]) if config["resnet_num_layers"] else 1
+    cell = config["patch_size"] * stride  # pixels per patch (a hybrid's ResNet downsamples first)
     if args.image_size is None:  # the paper goes 224 -> 384 (x1.7); round to whole patches
-        args.image_size = round((config["image_size"] or 224) * 384 / 224 / patch) * patch
+        args.image_size = round((config["image_size"] or 224) * 384 / 224 / cell) * cell
 
     keras.utils.set_random_seed(0)
     if args.data == "digits":
@@ -67,8 +69,10 @@ def main(argv=None):
         train = data.from_directory(args.folder, subset="training", shuffle=True, augment="crop_flip", **split)
         val = data.from_directory(args.folder, subset="validation", **split)
 
+    hybrid = {k: config[k] for k in ("resnet_num_layers", "resnet_width_factor")} if config["resnet_num_layers"] else {}
     model = keras_vit.VisionTransformer(
         **{k: config[k] for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "classifier")},
+        **hybrid,
         input_shape=(args.image_size, args.image_size, config["channels"]),
         classes=len(train.class_names),
         classifier_activation=None,

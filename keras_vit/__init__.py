@@ -12,6 +12,9 @@ from keras_vit.models import (
     ViTS16,
     ViTS32,
     ViTTi16,
+    ViTR26S32,
+    ViTR50B16,
+    ViTR50L32,
 )
 from keras_vit.preprocessing import decode_predictions, preprocess_input
 from keras_vit import weights  # noqa: E402 (after models: it builds them lazily)
@@ -30,6 +33,9 @@ __all__ = [
     "ViTL16",
     "ViTL32",
     "ViTH14",
+    "ViTR26S32",
+    "ViTR50B16",
+    "ViTR50L32",
     "preprocess_input",
     "decode_predictions",
     "weights",

@@ -12,6 +12,10 @@ from keras_vit.models.variants import (
     ViTS16,
     ViTS32,
     ViTTi16,
+    ViTR26S32,
+    ViTR50B16,
+    ViTR50L32,
+    HYBRID_VARIANTS,
 )
 from keras_vit.models.vit import VisionTransformer
 
@@ -28,4 +32,8 @@ __all__ = [
     "ViTL16",
     "ViTL32",
     "ViTH14",
+    "ViTR26S32",
+    "ViTR50B16",
+    "ViTR50L32",
+    "HYBRID_VARIANTS",
 ]

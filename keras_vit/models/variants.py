@@ -6,6 +6,7 @@ Each builder `ViT{size}{patch}` is `VisionTransformer` with one row of this
 table and the given patch size.
 """
 
+from keras_vit.models.resnet import output_stride as resnet_output_stride
 from keras_vit.models.vit import VisionTransformer
 
 # size -> (hidden_size, num_layers, num_heads, mlp_dim)
@@ -17,6 +18,13 @@ SIZES = {
     "H": (1280, 32, 16, 5120),
 }
 
+# hybrid builder name -> (size, ResNet units per stage); the patches are 1x1 cells of the ResNet feature map
+# (the configurations of google-research/vision_transformer `configs/models.py`).
+HYBRID_VARIANTS = {
+    "ViTR26S32": ("S", (2, 2, 2, 2)),
+    "ViTR50B16": ("B", (3, 4, 9)),
+    "ViTR50L32": ("L", (3, 4, 6, 3)),
+}
 # builder name -> (size, patch_size)
 VARIANTS = {
     "ViTTi16": ("Ti", 16),
@@ -30,14 +38,14 @@ VARIANTS = {
     "ViTH14": ("H", 14),
 }
 
-_TABLE_ARGS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
+_TABLE_ARGS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "resnet_num_layers",
+               "resnet_width_factor")
 
-_DOC = """Builds ViT-{size}/{patch} (hidden_size {hidden}, {layers} layers, {heads} heads, mlp_dim {mlp}).
+_DOC = """Builds {title} (hidden_size {hidden}, {layers} layers, {heads} heads, mlp_dim {mlp}).
 
     A thin wrapper of `keras_vit.VisionTransformer` with the ViT-{size} row of
     the variant table (paper arXiv:2010.11929, Table 1; Ti and S from
-    AugReg/DeiT) and patch size {patch}. Arguments follow
-    `keras.applications`.
+    AugReg/DeiT) and {source}. Arguments follow `keras.applications`.
 
     Args:
         include_top: bool, default True. Include the classification head.
@@ -74,8 +82,21 @@ _DOC = """Builds ViT-{size}/{patch} (hidden_size {hidden}, {layers} layers, {hea
 """
 
 
-def _make_builder(builder_name, size, patch_size):
+def find_variant(patch_size, hidden_size, num_layers, num_heads, mlp_dim, resnet_num_layers=None):
+    """Returns the builder name of a configuration ("ViTB16", "ViTR50B16"), or None."""
+    size = next((k for k, v in SIZES.items() if v == (hidden_size, num_layers, num_heads, mlp_dim)), None)
+    if size is None:
+        return None
+    if resnet_num_layers is None:
+        return next((n for n, v in VARIANTS.items() if v == (size, patch_size)), None)
+    if patch_size != 1:
+        return None
+    return next((n for n, v in HYBRID_VARIANTS.items() if v == (size, tuple(resnet_num_layers))), None)
+
+
+def _make_builder(builder_name, size, patch_size, resnet_num_layers=None):
     hidden_size, num_layers, num_heads, mlp_dim = SIZES[size]
+    hybrid = {} if resnet_num_layers is None else {"resnet_num_layers": resnet_num_layers}
     default_name = builder_name.lower().replace("vit", "vit_", 1)
 
     def builder(
@@ -109,14 +130,26 @@ def _make_builder(builder_name, size, patch_size):
             classes=classes,
             classifier_activation=classifier_activation,
             name=name,
+            **hybrid,
             **kwargs,
         )
 
     builder.__name__ = builder.__qualname__ = builder_name
     builder.__module__ = __name__
+    if resnet_num_layers is None:
+        title, source, patch = f"ViT-{size}/{patch_size}", f"patch size {patch_size}", patch_size
+    else:
+        stride = resnet_output_stride(resnet_num_layers)
+        depth = 2 + 3 * sum(resnet_num_layers)  # R26 = (2, 2, 2, 2); R50 = (3, 4, 6, 3), also cut to (3, 4, 9)
+        title = f"R{depth}+ViT-{size}/{stride}"
+        source = (f"the hybrid's ResNet stages {tuple(resnet_num_layers)} (paper Sec. 3.1, output stride {stride}) "
+                  "as patch source, one patch per feature-map cell")
+        patch = stride
     builder.__doc__ = _DOC.format(
+        title=title,
+        source=source,
         size=size,
-        patch=patch_size,
+        patch=patch,
         hidden=hidden_size,
         layers=num_layers,
         heads=num_heads,
@@ -136,3 +169,6 @@ ViTB32 = _make_builder("ViTB32", *VARIANTS["ViTB32"])
 ViTL16 = _make_builder("ViTL16", *VARIANTS["ViTL16"])
 ViTL32 = _make_builder("ViTL32", *VARIANTS["ViTL32"])
 ViTH14 = _make_builder("ViTH14", *VARIANTS["ViTH14"])
+ViTR26S32 = _make_builder("ViTR26S32", "S", 1, HYBRID_VARIANTS["ViTR26S32"][1])
+ViTR50B16 = _make_builder("ViTR50B16", "B", 1, HYBRID_VARIANTS["ViTR50B16"][1])
+ViTR50L32 = _make_builder("ViTR50L32", "L", 1, HYBRID_VARIANTS["ViTR50L32"][1])

@@ -7,6 +7,8 @@ import numpy as np
 
 from keras_vit._validation import check_bool, check_choice, check_positive_int, check_rate, is_int
 from keras_vit.layers import Patches, PatchEncoder, SequencePooling, TransformerBlock
+from keras_vit.models.resnet import output_stride as resnet_output_stride
+from keras_vit.models.resnet import resnet_features
 
 CLASSIFIERS = ("token", "gap")
 POOLINGS = (None, "token", "avg", "max")
@@ -36,6 +38,8 @@ def VisionTransformer(
     classes=1000,
     classifier_activation="softmax",
     name="vision_transformer",
+    resnet_num_layers=None,
+    resnet_width_factor=1,
 ):
     """Builds a Vision Transformer as a functional `keras.Model`.
 
@@ -99,6 +103,15 @@ def VisionTransformer(
             logits, "softmax" (default), any other name `keras.activations.get`
             knows, or a callable.
         name: model name.
+        resnet_num_layers: None (a pure ViT, default) or a tuple of ints >= 1,
+            the units per stage of the hybrid's ResNet (paper Sec. 3.1
+            "Hybrid Architecture"; `keras_vit.models.resnet`): (3, 4, 9) for
+            R50 cut after stage 3 (output stride 16), (3, 4, 6, 3) or
+            (2, 2, 2, 2) (R26) for stride 32. The patches are then cut from
+            its feature map: `patch_size` counts feature-map cells (1 in the
+            reference configurations), and image height and width must be
+            multiples of output stride x `patch_size`.
+        resnet_width_factor: int >= 1, the ResNet's width factor (default 1).
 
     Input:
         `(batch, height, width, channels)` images, float32 (integer data is
@@ -165,13 +178,30 @@ def VisionTransformer(
     check_bool("include_top", include_top)
     check_bool("approximate_gelu", approximate_gelu)
     weights_kind = _check_weights(weights)
-    input_shape = _resolve_input_shape(input_shape, input_tensor, patch_size)
+    stride = 1
+    if resnet_num_layers is not None:
+        if not isinstance(resnet_num_layers, (tuple, list)) or not resnet_num_layers or not all(
+            is_int(n) and n >= 1 for n in resnet_num_layers
+        ):
+            raise ValueError(
+                "`resnet_num_layers` must be None or a non-empty tuple of positive ints such as (3, 4, 9). "
+                f"Received: resnet_num_layers={resnet_num_layers!r}"
+            )
+        resnet_num_layers = tuple(int(n) for n in resnet_num_layers)
+        resnet_width_factor = check_positive_int("resnet_width_factor", resnet_width_factor)
+        stride = resnet_output_stride(resnet_num_layers)
+    input_shape = _resolve_input_shape(input_shape, input_tensor, patch_size, stride)
     if weights_kind == "checkpoint" and isinstance(weights, str) and not os.path.exists(weights):
-        weights = _pretrained_checkpoint(weights, (patch_size, hidden_size, num_layers, num_heads, mlp_dim), input_shape)
+        weights = _pretrained_checkpoint(
+            weights, (patch_size, hidden_size, num_layers, num_heads, mlp_dim), input_shape, resnet_num_layers
+        )
 
     image_input = keras.Input(shape=input_shape, name="images") if input_tensor is None else input_tensor
 
-    x = Patches(patch_size, name="patches")(image_input)
+    x = image_input
+    if resnet_num_layers is not None:
+        x = resnet_features(x, resnet_num_layers, resnet_width_factor)
+    x = Patches(patch_size, name="patches")(x)
     x = PatchEncoder(hidden_size, class_token=class_token, dropout_rate=dropout_rate, name="patch_encoder")(x)
     depth_rates = np.linspace(0.0, stochastic_depth_rate, num_layers) if num_layers > 1 else [stochastic_depth_rate]
     for i in range(num_layers):
@@ -255,19 +285,16 @@ def _check_weights(weights):
     )
 
 
-def _pretrained_checkpoint(weights, config, input_shape):
+def _pretrained_checkpoint(weights, config, input_shape, resnet_num_layers):
     """Returns the registry `Checkpoint` a name means for this configuration; raises ValueError if none."""
-    from keras_vit.models.variants import SIZES, VARIANTS
+    from keras_vit.models.variants import find_variant
     from keras_vit.weights.registry import resolve
 
-    variant = None
-    for name, (size, patch) in VARIANTS.items():
-        if config == (patch, *SIZES[size]) and input_shape[2] == 3:
-            variant = name
+    variant = find_variant(*config, resnet_num_layers) if input_shape[2] == 3 else None
     return resolve(weights, variant)
 
 
-def _resolve_input_shape(input_shape, input_tensor, patch_size):
+def _resolve_input_shape(input_shape, input_tensor, patch_size, stride=1):
     """Returns a validated (height, width, channels) tuple."""
     tensor_shape = None
     if input_tensor is not None:
@@ -302,14 +329,16 @@ def _resolve_input_shape(input_shape, input_tensor, patch_size):
             f"input_tensor has shape (batch, *{tensor_shape}), input_shape={input_shape}"
         )
     height, width, _ = input_shape
-    if patch_size > min(height, width):
+    cell = patch_size * stride
+    what = "`patch_size`" if stride == 1 else f"the ResNet's output stride ({stride}) x `patch_size`"
+    if cell > min(height, width):
         raise ValueError(
-            f"`patch_size` must not exceed the image size. Received: patch_size={patch_size} "
+            f"{what} must not exceed the image size. Received: patch_size={patch_size} "
             f"for input_shape={input_shape}"
         )
-    if height % patch_size or width % patch_size:
+    if height % cell or width % cell:
         raise ValueError(
-            f"Image height and width must be multiples of `patch_size`. Received: input_shape={input_shape}, "
+            f"Image height and width must be multiples of {what}. Received: input_shape={input_shape}, "
             f"patch_size={patch_size}"
         )
     return input_shape

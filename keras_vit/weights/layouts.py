@@ -246,6 +246,8 @@ def _get(arrays, key, layout):
 def _from_hf(arrays, num_heads):
     arrays = {k[4:] if k.startswith("vit.") else k: v for k, v in arrays.items()}
     out, used = {}, set()
+    _resnet_from_torch(arrays, out, used, "embeddings.patch_embeddings.backbone.bit.", "embedder.convolution",
+                       "embedder.norm", "encoder.stages.{}.layers.{}.")
     for key in ("embeddings.position_embeddings", "embeddings.patch_embeddings.projection.weight"):
         _get(arrays, key, "huggingface")
     _common_torch(arrays, out, used, "embeddings.cls_token", "embeddings.position_embeddings",
@@ -276,6 +278,7 @@ def _from_hf(arrays, num_heads):
 
 def _from_timm(arrays, num_heads):
     out, used = {}, set()
+    _resnet_from_torch(arrays, out, used, "patch_embed.backbone.", "stem.conv", "stem.norm", "stages.{}.blocks.{}.")
     for key in ("pos_embed", "patch_embed.proj.weight", "norm.weight"):
         _get(arrays, key, "timm")
     _common_torch(arrays, out, used, "cls_token", "pos_embed", "patch_embed.proj")
@@ -295,6 +298,39 @@ def _from_timm(arrays, num_heads):
         out.update(_attention(prefix, q, k, v, qb, kb, vb, o, ob, num_heads, f"{p}.attn.qkv.weight"))
         _norms_and_mlp(out, prefix, arrays, used, f"{p}.norm1", f"{p}.norm2", f"{p}.mlp.fc1", f"{p}.mlp.fc2")
     return _finish(out, arrays, used, "timm", "norm", "pre_logits.fc", "head")
+
+
+def _resnet_from_torch(arrays, out, used, prefix, stem_conv, stem_norm, unit):
+    """The hybrid's ResNet (BiT, non-pre-activation bottlenecks) from PyTorch names into Google's.
+
+    timm `ResNetV2` (`stem.conv`, `stages.{s}.blocks.{u}.conv1..3`, `norm1..3`,
+    `downsample.conv/norm`) and Hugging Face `BitModel` (`embedder.convolution`,
+    `encoder.stages.{s}.layers.{u}...`) -> `conv_root`, `gn_root`,
+    `block{s+1}/unit{u+1}/conv1..3`, `gn1..3`, `conv_proj`, `gn_proj`; OIHW
+    kernels become HWIO.
+    """
+    if f"{prefix}{stem_conv}.weight" not in arrays:
+        return
+
+    def conv(target, source):
+        out[f"{target}/kernel"] = _get(arrays, f"{prefix}{source}.weight", "PyTorch").transpose(2, 3, 1, 0)
+        used.add(f"{prefix}{source}.weight")
+
+    def norm(target, source):
+        _norm(out, target, arrays, f"{prefix}{source}", used)
+
+    conv("conv_root", stem_conv)
+    norm("gn_root", stem_norm)
+    pattern = re.compile(re.escape(prefix) + unit.replace(".", r"\.").format(r"(\d+)", r"(\d+)"))
+    units = sorted({(int(m.group(1)), int(m.group(2))) for k in arrays if (m := pattern.match(k))})
+    for s, u in units:
+        source, target = unit.format(s, u), f"block{s + 1}/unit{u + 1}"
+        for i in (1, 2, 3):
+            conv(f"{target}/conv{i}", f"{source}conv{i}")
+            norm(f"{target}/gn{i}", f"{source}norm{i}")
+        if f"{prefix}{source}downsample.conv.weight" in arrays:
+            conv(f"{target}/conv_proj", f"{source}downsample.conv")
+            norm(f"{target}/gn_proj", f"{source}downsample.norm")
 
 
 def _norms_and_mlp(out, prefix, arrays, used, ln1, ln2, fc1, fc2):
@@ -321,6 +357,6 @@ def _check_all_used(arrays, used, layout):
         raise CheckpointError(
             f"{layout} checkpoint has keys keras_vit's ViT has no place for: {', '.join(unknown[:6])}"
             + (f" and {len(unknown) - 6} more" if len(unknown) > 6 else "")
-            + " (a different architecture, e.g. distillation or register tokens, fc_norm, or a hybrid)"
+            + " (a different architecture, e.g. distillation or register tokens, or fc_norm)"
         )
 

@@ -3,6 +3,7 @@
 import dataclasses
 import logging
 import os
+import re
 
 import numpy as np
 
@@ -84,15 +85,14 @@ def describe(model):
 
 
 def variant_of(model):
-    """Returns the builder name ("ViTB16") whose configuration the model has, or None."""
-    from keras_vit.models.variants import SIZES, VARIANTS
+    """Returns the builder name ("ViTB16", "ViTR50B16") whose configuration the model has, or None."""
+    from keras_vit.models.variants import find_variant
 
     d = describe(model)
-    for name, (size, patch) in VARIANTS.items():
-        config = (d["hidden_size"], d["num_layers"], d["num_heads"], d["mlp_dim"])
-        if d["patch_size"] == patch and d["channels"] == 3 and config == SIZES[size]:
-            return name
-    return None
+    if int(model.input_shape[-1]) != 3:
+        return None
+    return find_variant(d["patch_size"], d["hidden_size"], d["num_layers"], d["num_heads"], d["mlp_dim"],
+                        resnet_num_layers(model))
 
 
 def _block_variables(block):
@@ -117,7 +117,8 @@ def model_variables(model):
     """
     d = describe(model)
     enc = d["encoder"]
-    out = {"embedding/kernel": enc.projection.kernel, "embedding/bias": enc.projection.bias}
+    out = _resnet_variables(model)
+    out.update({"embedding/kernel": enc.projection.kernel, "embedding/bias": enc.projection.bias})
     if d["class_token"]:
         out["cls"] = enc.cls
     for i, block in enumerate(d["blocks"]):
@@ -128,6 +129,39 @@ def model_variables(model):
         if layer is not None:
             out[f"{name}/kernel"], out[f"{name}/bias"] = layer.kernel, layer.bias
     return out
+
+
+def _resnet_variables(model):
+    """The hybrid's ResNet variables under Google's names (`block1_unit1_conv1` -> `block1/unit1/conv1/kernel`)."""
+    import keras
+
+    from keras_vit.layers import StdConv2D
+
+    out = {}
+    for layer in model.layers:
+        m = re.fullmatch(r"(conv_root|gn_root)|(block\d+)_(unit\d+)_((?:conv|gn)(?:\d|_proj))", layer.name)
+        if not m:
+            continue
+        name = m.group(1) or f"{m.group(2)}/{m.group(3)}/{m.group(4)}"
+        if isinstance(layer, StdConv2D):
+            out[f"{name}/kernel"] = layer.kernel
+        elif isinstance(layer, keras.layers.GroupNormalization):
+            out[f"{name}/scale"], out[f"{name}/bias"] = layer.gamma, layer.beta
+    return out
+
+
+def _stage_units(names, pattern):
+    """Units per stage, (3, 4, 9), from names matching `pattern` (groups: stage, unit, both 1-based); None if none."""
+    units = {}
+    for name in names:
+        if m := re.match(pattern, name):
+            units[int(m.group(1))] = max(units.get(int(m.group(1)), 0), int(m.group(2)))
+    return tuple(units[s] for s in sorted(units)) or None
+
+
+def resnet_num_layers(model):
+    """The hybrid's units per ResNet stage, e.g. (3, 4, 9), or None for a pure ViT."""
+    return _stage_units((layer.name for layer in model.layers), r"block(\d+)_unit(\d+)_conv1$")
 
 
 def _resolve_source(model, checkpoint, cache_dir):
@@ -378,8 +412,10 @@ def infer_config(arrays, num_heads=None):
     Returns:
         dict with patch_size, hidden_size, num_layers, num_heads, mlp_dim,
         representation_size, class_token, classifier, classes (or None
-        without a head), image_size (square side from the position
-        embeddings, or None) and channels.
+        without a head), image_size (square side in pixels from the position
+        embeddings, or None), channels (of the input images), and the
+        hybrid's resnet_num_layers (None for a pure ViT) and
+        resnet_width_factor.
 
     Raises:
         CheckpointError: unknown layout, or `num_heads` needed and not known.
@@ -397,9 +433,19 @@ def infer_config(arrays, num_heads=None):
     class_token = "cls" in canon
     tokens = canon[POS].shape[1] - int(class_token)
     side = int(round(tokens ** 0.5))
+    resnet, width_factor, channels, stride = None, 1, int(kernel.shape[2]), 1
+    if "conv_root/kernel" in canon:  # hybrid: the patches are cut from the ResNet's feature map
+        resnet = _stage_units(canon, r"block(\d+)/unit(\d+)/")
+        width_factor = int(canon["conv_root/kernel"].shape[3]) // 64
+        channels = int(canon["conv_root/kernel"].shape[2])
+        from keras_vit.models.resnet import output_stride
+
+        stride = output_stride(resnet)
     return {
         "patch_size": int(kernel.shape[0]),
-        "channels": int(kernel.shape[2]),
+        "channels": channels,
+        "resnet_num_layers": resnet,
+        "resnet_width_factor": width_factor,
         "hidden_size": int(kernel.shape[3]),
         "num_layers": layers,
         "num_heads": int(q.shape[1]),
@@ -408,5 +454,5 @@ def infer_config(arrays, num_heads=None):
         "class_token": class_token,
         "classifier": "token" if class_token else "gap",
         "classes": int(canon["head/kernel"].shape[1]) if "head/kernel" in canon else None,
-        "image_size": side * int(kernel.shape[0]) if side * side == tokens else None,
+        "image_size": side * int(kernel.shape[0]) * stride if side * side == tokens else None,
     }

@@ -96,6 +96,23 @@ def _registry():
         if short in ("B_16", "L_16"):
             entries.append(Checkpoint(f"original/{short}-i21k+i1k-224", variant, f"{ORIGINAL_FT}/ViT-{short}-224.npz",
                                       None, 224, 1000))
+    # Hybrids (paper Sec. 3.1): the original R50+B/16, and the AugReg files of the GR README's table.
+    entries += [
+        Checkpoint("original/R50+B_16-i21k", "ViTR50B16", f"{ORIGINAL}/R50%2BViT-B_16.npz", None, 224, 21843,
+                   representation_size=768),
+        Checkpoint("original/R50+B_16-i21k+i1k-384", "ViTR50B16", f"{ORIGINAL_FT}/R50%2BViT-B_16.npz", None, 384, 1000),
+    ]
+    hybrids = {
+        "R26_S_32": ("ViTR26S32", "R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0"),
+        "R50_L_32": ("ViTR50L32", "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"),
+    }
+    for short, (variant, stem) in hybrids.items():
+        entries.append(Checkpoint(f"augreg/{short}-i21k", variant, f"{AUGREG}/{stem}.npz", None, 224, 21843))
+        ft = f"{stem}--imagenet2012-steps_20k-lr_0.01-res_384"
+        entries.append(Checkpoint(f"augreg/{short}-i21k+i1k-384", variant, f"{AUGREG}/{ft}.npz", None, 384, 1000))
+    # timm's 224 px R26+S/32 comes from another pre-training run
+    ft = "R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.03-res_224"
+    entries.append(Checkpoint("augreg/R26_S_32-i21k+i1k-224", "ViTR26S32", f"{AUGREG}/{ft}.npz", None, 224, 1000))
     return {c.name: dataclasses.replace(c, sha256=pinned.get(c.name)) for c in entries}
 
 
@@ -106,11 +123,17 @@ DEFAULTS = {
     "imagenet": {
         **{_VARIANT_OF[s]: f"augreg/{s}-i21k+i1k-224" for s in _AUGREG_PRETRAIN},
         "ViTL32": "original/L_32-i21k+i1k-384",
+        "ViTR26S32": "augreg/R26_S_32-i21k+i1k-224",
+        "ViTR50B16": "original/R50+B_16-i21k+i1k-384",
+        "ViTR50L32": "augreg/R50_L_32-i21k+i1k-384",
     },
     "imagenet21k": {
         **{_VARIANT_OF[s]: f"augreg/{s}-i21k" for s in _AUGREG_PRETRAIN},
         "ViTL32": "original/L_32-i21k",
         "ViTH14": "original/H_14-i21k",
+        "ViTR26S32": "augreg/R26_S_32-i21k",
+        "ViTR50B16": "original/R50+B_16-i21k",
+        "ViTR50L32": "augreg/R50_L_32-i21k",
     },
 }
 

@@ -137,10 +137,11 @@ def test_registry_is_complete_and_well_formed():
         assert c.url.startswith("https://storage.googleapis.com/vit_models/") and c.url.endswith(".npz")
         assert c.sha256 is None or len(c.sha256) == 64
     assert names["original/B_16-i21k+i1k-224"].url.endswith("imagenet21k%2Bimagenet2012/ViT-B_16-224.npz")
-    from keras_vit.models.variants import VARIANTS
+    from keras_vit.models.variants import HYBRID_VARIANTS, VARIANTS
 
-    assert set(registry.DEFAULTS["imagenet21k"]) == set(VARIANTS)
-    assert set(registry.DEFAULTS["imagenet"]) == set(VARIANTS) - {"ViTH14"}
+    assert set(registry.DEFAULTS["imagenet21k"]) == set(VARIANTS) | set(HYBRID_VARIANTS)
+    assert set(registry.DEFAULTS["imagenet"]) == (set(VARIANTS) | set(HYBRID_VARIANTS)) - {"ViTH14"}
+    assert names["original/R50+B_16-i21k"].url.endswith("/imagenet21k/R50%2BViT-B_16.npz")
     with pytest.raises(ValueError, match="No 'imagenet' checkpoint is published for ViTH14"):
         registry.resolve("imagenet", "ViTH14")
 

@@ -15,7 +15,7 @@ import vit_keras.vit as vit_keras
 
 import keras_vit
 from keras_vit.weights import load_pretrained
-from tests.weights import reference
+from tests.weights import reference, torch_layouts
 
 TINY = dict(patch_size=4, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
 
@@ -137,44 +137,6 @@ def _hf_logits(model, x):
         return model(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).logits.numpy()
 
 
-def _old_hf_names(state):
-    """transformers 4.x parameter names (those of the files on the Hugging Face hub)."""
-    out = {}
-    for k, v in state.items():
-        k = k.replace("vit.layers.", "vit.encoder.layer.")
-        for new, old in (("attention.q_proj", "attention.attention.query"), ("attention.k_proj", "attention.attention.key"),
-                         ("attention.v_proj", "attention.attention.value"), ("attention.o_proj", "attention.output.dense"),
-                         ("mlp.fc1", "intermediate.dense"), ("mlp.fc2", "output.dense")):
-            k = k.replace(new, old)
-        out[k] = v
-    return out
-
-
-def _timm_names(state, layers):
-    """The same weights in timm's VisionTransformer names, q/k/v fused into one qkv."""
-    s = {k.replace("vit.", "", 1): v for k, v in state.items()}
-    out = {
-        "cls_token": s["embeddings.cls_token"],
-        "pos_embed": s["embeddings.position_embeddings"],
-        "patch_embed.proj.weight": s["embeddings.patch_embeddings.projection.weight"],
-        "patch_embed.proj.bias": s["embeddings.patch_embeddings.projection.bias"],
-        "norm.weight": s["layernorm.weight"],
-        "norm.bias": s["layernorm.bias"],
-        "head.weight": s["classifier.weight"],
-        "head.bias": s["classifier.bias"],
-    }
-    for i in range(layers):
-        p = f"layers.{i}"
-        a = f"{p}.attention"
-        out[f"blocks.{i}.attn.qkv.weight"] = torch.cat([s[f"{a}.{n}_proj.weight"] for n in "qkv"])
-        out[f"blocks.{i}.attn.qkv.bias"] = torch.cat([s[f"{a}.{n}_proj.bias"] for n in "qkv"])
-        for ours, theirs in (("attn.proj", "attention.o_proj"), ("norm1", "layernorm_before"),
-                             ("norm2", "layernorm_after"), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")):
-            for t in ("weight", "bias"):
-                out[f"blocks.{i}.{ours}.{t}"] = s[f"{p}.{theirs}.{t}"]
-    return out
-
-
 @pytest.fixture(scope="module")
 def hf_tiny(tmp_path_factory):
     model = _hf_model(32, 2, 4, 64, image=16, patch=4, classes=5, seed=0)
@@ -182,7 +144,7 @@ def hf_tiny(tmp_path_factory):
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     assert "vit.layers.0.attention.q_proj.weight" in state  # the transformers 5.x names
     files = {}
-    for name, tensors in (("hf5", state), ("hf4", _old_hf_names(state)), ("timm", _timm_names(state, 2))):
+    for name, tensors in (("hf5", state), ("hf4", torch_layouts.old_hf_names(state)), ("timm", torch_layouts.timm_names(state, 2))):
         files[name] = folder / f"{name}.safetensors"
         safetensors_torch.save_file(tensors, str(files[name]))
     return model, files
