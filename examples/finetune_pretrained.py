@@ -45,6 +45,7 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=0.01)
+    parser.add_argument("--num-heads", type=int, help="attention heads, for PyTorch files of an unusual width")
     parser.add_argument("--output", default="finetuned_vit.keras")
     args = parser.parse_args(argv)
     if args.list or not args.checkpoint:
@@ -53,7 +54,7 @@ def main(argv=None):
 
     path = fetch(CHECKPOINTS[args.checkpoint]) if args.checkpoint in CHECKPOINTS else args.checkpoint
     arrays = read_checkpoint(path)
-    config = infer_config(arrays)
+    config = infer_config(arrays, num_heads=args.num_heads)
     stride = output_stride(config["resnet_num_layers"]) if config["resnet_num_layers"] else 1
     cell = config["patch_size"] * stride  # pixels per patch (a hybrid's ResNet downsamples first)
     if args.image_size is None:  # the paper goes 224 -> 384 (x1.7); round to whole patches
@@ -78,7 +79,7 @@ def main(argv=None):
         classifier_activation=None,
     )
     # Drops the old head (zero-initialised new one) and resamples the position embeddings; both are logged.
-    report = load_pretrained(model, arrays, head="reset")
+    report = load_pretrained(model, arrays, head="reset")  # num_heads is the model's
     print(f"loaded a {report.layout} checkpoint; position grid {report.resampled or 'unchanged'}")
 
     steps = args.epochs * int(train.cardinality())

@@ -19,7 +19,8 @@ def load(name):
 
 
 def test_every_example_has_a_smoke_test():
-    tested = {"build_and_predict", "finetune_image_folder", "finetune_tfds", "finetune_pretrained"}
+    tested = {"build_and_predict", "finetune_image_folder", "finetune_tfds", "finetune_pretrained",
+              "inspect_attention"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -73,3 +74,22 @@ def test_finetune_pretrained_lists_the_published_files(capsys):
     assert load("finetune_pretrained").main(["--list"]) is None
     printed = capsys.readouterr().out
     assert "https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz" in printed
+
+
+def test_inspect_attention_trains_and_writes_four_figures(tmp_path):
+    import matplotlib.image
+
+    paths = load("inspect_attention").main(["--epochs", "1", "--image-size", "16", "--output-dir", str(tmp_path)])
+    assert sorted(pathlib.Path(p).name for p in paths) == [
+        "attention_distance.png", "embedding_filters.png", "position_embedding_similarity.png", "rollout.png"]
+    for p in paths:
+        assert matplotlib.image.imread(p).shape[0] > 50
+
+
+def test_inspect_attention_with_given_weights(tmp_path):
+    from tests.weights import reference
+
+    checkpoint = tmp_path / "ckpt.npz"
+    np.savez(checkpoint, **reference.google_checkpoint(0))
+    paths = load("inspect_attention").main(["--weights", str(checkpoint), "--output-dir", str(tmp_path / "f")])
+    assert len(paths) == 4

@@ -191,7 +191,7 @@ def VisionTransformer(
         resnet_width_factor = check_positive_int("resnet_width_factor", resnet_width_factor)
         stride = resnet_output_stride(resnet_num_layers)
     input_shape = _resolve_input_shape(input_shape, input_tensor, patch_size, stride)
-    if weights_kind == "checkpoint" and isinstance(weights, str) and not os.path.exists(weights):
+    if weights_kind == "checkpoint" and isinstance(weights, str) and _is_name(weights):
         weights = _pretrained_checkpoint(
             weights, (patch_size, hidden_size, num_layers, num_heads, mlp_dim), input_shape, resnet_num_layers
         )
@@ -265,7 +265,7 @@ def _check_weights(weights):
     """Returns "none", "keras" (a .weights.h5 file) or "checkpoint" (a name or a .npz/.safetensors file)."""
     if weights is None:
         return "none"
-    if isinstance(weights, str) and not os.path.exists(weights):
+    if isinstance(weights, str):  # names win over a file or folder of the same name in the working directory
         from keras_vit.weights.registry import CHECKPOINTS
 
         if weights in PRETRAINED_NAMES or weights in CHECKPOINTS:
@@ -275,7 +275,7 @@ def _check_weights(weights):
             "`weights` must be None, 'imagenet', 'imagenet21k', a name from keras_vit.weights.CHECKPOINTS, "
             f"or the path of an existing .weights.h5, .npz or .safetensors file. Received: weights={weights!r}"
         )
-    path = os.fspath(weights)
+    path = os.fspath(weights).lower()
     if path.endswith(".weights.h5"):
         return "keras"
     if path.endswith((".npz", ".safetensors")):
@@ -283,6 +283,12 @@ def _check_weights(weights):
     raise ValueError(
         f"`weights` file must end in '.weights.h5', '.npz' or '.safetensors'. Received: weights={weights!r}"
     )
+
+
+def _is_name(weights):
+    from keras_vit.weights.registry import CHECKPOINTS
+
+    return weights in PRETRAINED_NAMES or weights in CHECKPOINTS
 
 
 def _pretrained_checkpoint(weights, config, input_shape, resnet_num_layers):

@@ -142,7 +142,7 @@ def main(argv=None):
             num_heads=args.num_heads, head=args.head, interpolation=args.interpolation, antialias=args.antialias,
             overwrite=args.overwrite,
         )
-    except (CheckpointError, ValueError, FileExistsError) as e:
+    except (CheckpointError, ValueError, OSError) as e:  # OSError: FileExistsError, unwritable output
         print(f"keras-vit-convert: error: {e}", file=sys.stderr)
         return 2
     print(f"Wrote {output} ({report.layout} checkpoint, head {report.head})")

@@ -95,7 +95,18 @@ def read_checkpoint(path):
         ) from None
     if not arrays:
         raise CheckpointError(f"Checkpoint {path!r} holds no arrays")
-    return {k: np.asarray(v, dtype=np.float32) for k, v in arrays.items()}
+    return as_float_arrays(arrays, path)
+
+
+def as_float_arrays(arrays, source="arrays"):
+    """Returns the arrays as float32, raising CheckpointError for a non-numeric one (named)."""
+    out = {}
+    for key, value in arrays.items():
+        value = np.asarray(value)
+        if value.dtype.kind not in "fiu":  # strings, objects, complex numbers, booleans
+            raise CheckpointError(f"Checkpoint {source!r}: array {key!r} has dtype {value.dtype}, not a real number type")
+        out[key] = value.astype(np.float32)
+    return out
 
 
 def detect_layout(arrays):
@@ -137,6 +148,10 @@ def to_canonical(arrays, num_heads=None):
     layout = detect_layout(arrays)
     if layout in ("huggingface", "timm") and num_heads is None:
         raise CheckpointError(f"A {layout} checkpoint needs `num_heads` (its attention weights are fused)")
+    if num_heads is not None:
+        from keras_vit._validation import check_positive_int
+
+        num_heads = check_positive_int("num_heads", num_heads)
     convert = {"google": _from_google, "big_vision": _from_big_vision, "huggingface": _from_hf, "timm": _from_timm}
     try:
         return convert[layout](arrays, num_heads), layout
@@ -278,6 +293,9 @@ def _from_hf(arrays, num_heads):
 
 def _from_timm(arrays, num_heads):
     out, used = {}, set()
+    if any(k.startswith("fc_norm.") for k in arrays):
+        raise CheckpointError("timm checkpoint has fc_norm (a global-average-pool head with its own LayerNorm), "
+                              "which keras_vit's ViT has no place for")
     _resnet_from_torch(arrays, out, used, "patch_embed.backbone.", "stem.conv", "stem.norm", "stages.{}.blocks.{}.")
     for key in ("pos_embed", "patch_embed.proj.weight", "norm.weight"):
         _get(arrays, key, "timm")

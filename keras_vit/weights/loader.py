@@ -171,7 +171,7 @@ def _resolve_source(model, checkpoint, cache_dir):
     if isinstance(checkpoint, registry.Checkpoint):
         return layouts.read_checkpoint(registry.fetch(checkpoint, cache_dir)), checkpoint.name, checkpoint
     if isinstance(checkpoint, dict):
-        return {k: np.asarray(v, dtype=np.float32) for k, v in checkpoint.items()}, "arrays", None
+        return layouts.as_float_arrays(checkpoint), "arrays", None
     if isinstance(checkpoint, str) and (checkpoint in registry.DEFAULTS or checkpoint in registry.CHECKPOINTS):
         entry = registry.resolve(checkpoint, variant_of(model))
         return layouts.read_checkpoint(registry.fetch(entry, cache_dir)), entry.name, entry
@@ -228,8 +228,8 @@ def load_pretrained(
         head: "auto", "load" or "reset" (above).
         interpolation: "bilinear" (the reference code's, default) or "bicubic".
         antialias: bool, with "bicubic" only.
-        source_grid: (rows, cols) of the checkpoint's grid when it is not
-            square; default square.
+        source_grid: (rows, cols) of the checkpoint's grid. Default: the
+            model's grid when the checkpoint has as many patches, else square.
         cache_dir: download cache root, default `~/.keras`.
 
     Returns:
@@ -244,10 +244,17 @@ def load_pretrained(
         ValueError: a bad argument, an unknown checkpoint name, or a failed
             or corrupt download.
     """
-    from keras_vit._validation import check_choice
+    from keras_vit._validation import check_bool, check_choice
+    from keras_vit.weights.resample import INTERPOLATIONS
 
     check_choice("head", head, HEAD_MODES)
+    check_choice("interpolation", interpolation, INTERPOLATIONS)
+    check_bool("antialias", antialias)
+    if antialias and interpolation != "bicubic":
+        raise ValueError("`antialias=True` needs interpolation='bicubic' (the reference bilinear has no antialiasing)")
     d = describe(model)
+    if head == "load" and d["head"] is None:
+        raise CheckpointError("head='load' but the model has no head (include_top=False)")
     arrays, source, entry = _resolve_source(model, checkpoint, cache_dir)
     canon, layout = layouts.to_canonical(arrays, num_heads=d["num_heads"])
     report = LoadReport(layout=layout, loaded=[])
@@ -287,6 +294,8 @@ def load_pretrained(
     prefix = int(has_cls)
     if pos.ndim != 3 or pos.shape[0] != 1 or pos.shape[2] != width:
         raise CheckpointError(f"Checkpoint key {POS!r} has shape {pos.shape}, the model needs (1, tokens, {width})")
+    if source_grid is None and pos.shape[1] - prefix == d["grid"][0] * d["grid"][1]:
+        source_grid = d["grid"]  # same number of patches: the model's own grid (an exact round trip)
     try:
         old_grid = grid_shape(pos.shape[1] - prefix, source_grid, "source_grid")
     except ValueError as e:
@@ -329,6 +338,8 @@ def load_pretrained(
                       f"the model's {tuple(kernel.shape)} (classes={kernel.shape[1]})")
         elif zero:
             reason = "the checkpoint's head is all zeros (a pre-training checkpoint without a usable classifier)"
+        elif "pre_logits/kernel" in canon and d["pre_logits"] is None:
+            reason = "the checkpoint's head sits on its pre_logits layer, which the model lacks"
         if reason is not None and head == "load":
             raise CheckpointError(f"head='load' but the head cannot be loaded: {reason}")
         if reason is None:
@@ -390,9 +401,14 @@ def save_checkpoint(model, path, overwrite=False):
     """
     from keras_vit._files import staged
 
+    from keras_vit._validation import check_bool
+
     path = os.fspath(path)
+    check_bool("overwrite", overwrite)
     if not path.endswith(".npz"):
         raise ValueError(f"`path` must end in '.npz'. Received: path={path!r}")
+    if os.path.isdir(path):
+        raise ValueError(f"`path` is a folder; give a file name. Received: path={path!r}")
     arrays = to_canonical_arrays(model)
     with staged(path, overwrite) as tmp:
         with open(tmp, "wb") as f:
@@ -411,9 +427,10 @@ def infer_config(arrays, num_heads=None):
 
     Returns:
         dict with patch_size, hidden_size, num_layers, num_heads, mlp_dim,
-        representation_size, class_token, classifier, classes (or None
-        without a head), image_size (square side in pixels from the position
-        embeddings, or None), channels (of the input images), and the
+        representation_size, class_token, classifier ("token" whenever there
+        is a class token: the file does not record pooling), classes (or
+        None without a head), image_size (square side in pixels, assuming a
+        square patch grid, or None when the count is not a square), channels (of the input images), and the
         hybrid's resnet_num_layers (None for a pure ViT) and
         resnet_width_factor.
 
@@ -422,7 +439,10 @@ def infer_config(arrays, num_heads=None):
     """
     layout = layouts.detect_layout(arrays)
     if layout in ("huggingface", "timm") and num_heads is None:
-        weight = next(v for k, v in arrays.items() if k.endswith(("patch_embed.proj.weight", "projection.weight")))
+        weight = next((v for k, v in arrays.items() if k.endswith(("patch_embed.proj.weight", "projection.weight"))),
+                      None)
+        if weight is None:
+            raise CheckpointError(f"{layout} checkpoint has no patch projection ('patch_embed.proj.weight')")
         num_heads = HEADS_BY_WIDTH.get(weight.shape[0])
         if num_heads is None:
             raise CheckpointError(f"Width {weight.shape[0]} is not a published variant's; pass num_heads")
@@ -452,6 +472,7 @@ def infer_config(arrays, num_heads=None):
         "mlp_dim": int(canon[f"{BLOCK.format(0)}/{MLP}/Dense_0/kernel"].shape[1]),
         "representation_size": int(canon["pre_logits/kernel"].shape[1]) if "pre_logits/kernel" in canon else None,
         "class_token": class_token,
+        # A file cannot tell a class-token model that pools by averaging (classifier="gap", class_token=True).
         "classifier": "token" if class_token else "gap",
         "classes": int(canon["head/kernel"].shape[1]) if "head/kernel" in canon else None,
         "image_size": side * int(kernel.shape[0]) * stride if side * side == tokens else None,

@@ -20,7 +20,7 @@ def grid_shape(num_patches, grid=None, name="grid"):
         ValueError: `grid` does not fit, or no square grid has `num_patches` cells.
     """
     if grid is not None:
-        grid = tuple(grid)
+        grid = tuple(grid) if isinstance(grid, (tuple, list, np.ndarray)) else (grid,)
         if len(grid) != 2 or not all(is_int(g) and g > 0 for g in grid) or grid[0] * grid[1] != num_patches:
             raise ValueError(
                 f"`{name}` must be (rows, cols) with rows * cols = {num_patches} patches. Received: {name}={grid!r}"

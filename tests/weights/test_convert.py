@@ -69,3 +69,11 @@ def test_console_script_is_installed(tmp_path, checkpoint):
                             timeout=300)
     assert result.returncode == 0, result.stderr
     assert "head none" in result.stdout
+
+
+def test_cli_bad_num_heads_and_unwritable_output_exit_2(tmp_path, checkpoint, capsys):
+    path, _ = checkpoint
+    assert main([path, str(tmp_path / "a.keras"), "--num-heads", "0"]) == 2
+    assert "`num_heads` must be a positive int" in capsys.readouterr().err
+    assert main([path, "/proc/nowhere/a.keras"]) == 2
+    assert "keras-vit-convert: error:" in capsys.readouterr().err

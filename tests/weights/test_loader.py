@@ -198,14 +198,21 @@ def test_head_policies(tmp_path, caplog):
     assert any("head is unused" in m for m in report.messages)
 
 
-def test_zero_head_is_flagged_never_used_as_a_classifier(tmp_path):
-    arrays = reference.google_checkpoint(6)
+def _zero_head(arrays):
     arrays["head/kernel"][:] = 0
     arrays["head/bias"][:] = 0
-    path = _save(tmp_path, arrays)
+    return arrays
+
+
+@pytest.mark.parametrize("arrays,why", [
+    (lambda: _zero_head(reference.google_checkpoint(6)), "all zeros"),
+    (lambda: reference.google_checkpoint(5, representation=32), "sits on its pre_logits layer"),  # model width
+], ids=["zero_head", "head_on_dropped_pre_logits"])
+def test_head_is_flagged_never_used_as_a_classifier(tmp_path, arrays, why):
+    path = _save(tmp_path, arrays())
     report = load_pretrained(_tiny(), path)
-    assert report.head == "reset" and "all zeros" in report.messages[-1]
-    with pytest.raises(CheckpointError, match="head='load' but the head cannot be loaded: .*all zeros"):
+    assert report.head == "reset" and why in report.messages[-1]
+    with pytest.raises(CheckpointError, match=f"head='load' but the head cannot be loaded: .*{why}"):
         load_pretrained(_tiny(), path, head="load")
 
 
@@ -298,3 +305,47 @@ def test_save_checkpoint_refuses_to_overwrite_and_bad_names(tmp_path):
     with pytest.raises(ValueError, match="must end in '.npz'"):
         save_checkpoint(model, tmp_path / "a.h5")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz"]
+
+
+# ----------------------------------------------------------------------------- found by a fresh user
+
+def test_rectangular_model_round_trips_exactly(tmp_path, caplog):
+    model = _tiny(input_shape=(8, 32, 3))  # a 2x8 grid: 16 patches, also a square number
+    path = save_checkpoint(model, tmp_path / "rect.npz")
+    again = _tiny(input_shape=(8, 32, 3))
+    with caplog.at_level("WARNING", logger="keras_vit.weights"):
+        report = load_pretrained(again, path)
+    assert report.resampled is None and not [r for r in caplog.records if "Resampled" in r.getMessage()]
+    np.testing.assert_array_equal(again.get_layer("patch_encoder").position_embedding.numpy(),
+                                  model.get_layer("patch_encoder").position_embedding.numpy())
+
+
+def test_arguments_checked_before_anything_else(tmp_path):
+    path = _save(tmp_path, reference.google_checkpoint(0))
+    with pytest.raises(ValueError, match="`interpolation` must be one of 'bilinear', 'bicubic'"):
+        load_pretrained(_tiny(), path, interpolation="bogus")
+    with pytest.raises(ValueError, match="`antialias=True` needs interpolation='bicubic'"):
+        load_pretrained(_tiny(), path, antialias=True)
+    no_top = keras_vit.VisionTransformer(**TINY, input_shape=(16, 16, 3), include_top=False)
+    with pytest.raises(CheckpointError, match=r"head='load' but the model has no head \(include_top=False\)"):
+        load_pretrained(no_top, path, head="load")
+    with pytest.raises(CheckpointError, match=r"source_grid"):
+        load_pretrained(_tiny(input_shape=(32, 32, 3)), path, source_grid=4)
+    arrays = reference.google_checkpoint(0)
+    arrays["note"] = np.array("hello")
+    with pytest.raises(CheckpointError, match="array 'note' has dtype <U5, not a real number type"):
+        load_pretrained(_tiny(), _save(tmp_path, arrays, "s.npz"))
+
+
+def test_checkpoint_names_win_over_a_folder_of_the_same_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "imagenet").mkdir()
+    with pytest.raises(ValueError, match="weights='imagenet' needs one of the variant configurations"):
+        _tiny(weights="imagenet")
+
+
+def test_timm_fc_norm_gets_a_clear_message():
+    arrays = {"patch_embed.proj.weight": np.zeros((32, 3, 4, 4)), "pos_embed": np.zeros((1, 17, 32)),
+              "fc_norm.weight": np.ones(32), "fc_norm.bias": np.zeros(32)}
+    with pytest.raises(CheckpointError, match="timm checkpoint has fc_norm"):
+        load_pretrained(_tiny(), arrays)

@@ -1,0 +1,134 @@
+"""keras_vit.inspect: the paper's inspection tools on hand-made cases and a tiny model."""
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import inspect as vit_inspect
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model = keras_vit.VisionTransformer(patch_size=4, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
+                                        input_shape=(16, 16, 3), classes=5)
+    rng = np.random.default_rng(0)
+    for w in model.weights:
+        w.assign(rng.normal(0, 0.3, w.shape).astype("float32") + (1.0 if "gamma" in w.path else 0.0))
+    return model
+
+
+def _images(n=3):
+    return np.random.default_rng(1).uniform(-1, 1, (n, 16, 16, 3)).astype("float32")
+
+
+def test_rollout_of_identity_attention_is_the_identity():
+    eye = np.broadcast_to(np.eye(5), (2, 3, 5, 5))
+    np.testing.assert_allclose(vit_inspect.rollout([eye, eye, eye]), np.broadcast_to(np.eye(5), (2, 5, 5)))
+
+
+def test_rollout_matches_the_formula_by_hand():
+    rng = np.random.default_rng(0)
+    layers = []
+    for _ in range(2):
+        a = rng.uniform(size=(1, 2, 3, 3))
+        layers.append(a / a.sum(-1, keepdims=True))
+    step = [0.5 * a.mean(1)[0] + 0.5 * np.eye(3) for a in layers]
+    np.testing.assert_allclose(vit_inspect.rollout(layers)[0], step[1] @ step[0], rtol=1e-6)
+    np.testing.assert_allclose(vit_inspect.rollout(layers, residual=False)[0],
+                               layers[1].mean(1)[0] @ layers[0].mean(1)[0], rtol=1e-6)
+    with pytest.raises(ValueError, match="non-empty list"):
+        vit_inspect.rollout([])
+
+
+def test_attention_distance_on_hand_made_cases():
+    eye = np.eye(1 + 4)[None, None]  # class token + a 2x2 grid, each patch attends to itself
+    assert vit_inspect.attention_distance([eye], (2, 2), 16, 1).tolist() == [[0.0]]
+    half = np.full((1, 1, 2, 2), 0.5)  # two side-by-side patches, each half on itself, half on the other
+    np.testing.assert_allclose(vit_inspect.attention_distance([half], (1, 2), 16, 0), [[8.0]])
+    corner = np.zeros((1, 1, 4, 4))
+    corner[..., 3] = 1.0  # everyone looks at the bottom-right patch of a 2x2 grid of 10-px patches
+    expected = (np.sqrt(200) + 10 + 10 + 0) / 4
+    np.testing.assert_allclose(vit_inspect.attention_distance([corner], (2, 2), 10, 0), [[expected]], rtol=1e-6)
+
+
+def test_attention_weights_are_the_models_own(tiny):
+    before = len(tiny.weights)
+    maps = vit_inspect.attention_weights(tiny, _images())
+    assert len(tiny.weights) == before  # nothing rebuilt, no second copy
+    assert len(maps) == 2 and maps[0].shape == (3, 4, 17, 17)
+    np.testing.assert_allclose(maps[1].sum(-1), 1.0, rtol=1e-5)
+    # Layer 0 by hand from the same weights: softmax(q k^T / sqrt(d)) of the normed patch-encoder output.
+    import keras
+
+    z = keras.Model(tiny.inputs, tiny.get_layer("patch_encoder").output).predict(_images(), verbose=0)
+    block = tiny.get_layer("transformer_block_0")
+    g, b = block.norm_1.gamma.numpy(), block.norm_1.beta.numpy()
+    y = (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True) + 1e-6) * g + b
+    att = block.attention
+    q = np.einsum("bnd,dhk->bhnk", y, att.query_dense.kernel.numpy()) + att.query_dense.bias.numpy()[:, None]
+    k = np.einsum("bnd,dhk->bhnk", y, att.key_dense.kernel.numpy()) + att.key_dense.bias.numpy()[:, None]
+    logits = q @ k.transpose(0, 1, 3, 2) / np.sqrt(8)
+    expected = np.exp(logits - logits.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(maps[0], expected, atol=1e-5)
+
+
+def test_model_level_shapes_and_ranges(tiny):
+    maps = vit_inspect.attention_rollout(tiny, _images(2))
+    assert maps.shape == (2, 16, 16) and maps.min() >= 0 and maps.max() <= 1
+    # The brightest 4x4 cell of each map is the patch the class token draws most from in the rollout.
+    cls_row = vit_inspect.rollout(vit_inspect.attention_weights(tiny, _images(2)))[:, 0, 1:]
+    cells = maps.reshape(2, 4, 4, 4, 4).mean(axis=(2, 4)).reshape(2, 16)
+    assert (cells.argmax(-1) == cls_row.argmax(-1)).all()
+    distances = vit_inspect.mean_attention_distance(tiny, _images(2))
+    assert distances.shape == (2, 4)
+    assert (distances > 0).all() and (distances < np.hypot(12, 12)).all()  # between patch centres of a 4x4 grid
+    with pytest.raises(ValueError, match=r"`images` must have shape \(batch, 16, 16, 3\)"):
+        vit_inspect.attention_weights(tiny, np.zeros((2, 8, 8, 3)))
+
+
+def test_position_embedding_similarity(tiny):
+    sim = vit_inspect.position_embedding_similarity(tiny)
+    assert sim.shape == (4, 4, 4, 4)
+    flat = sim.reshape(16, 16)
+    np.testing.assert_allclose(np.diag(flat), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(flat, flat.T, atol=1e-6)
+    pe = tiny.get_layer("patch_encoder").position_embedding.numpy()[0, 1:]
+    cos = pe[3] @ pe[5] / np.linalg.norm(pe[3]) / np.linalg.norm(pe[5])
+    np.testing.assert_allclose(sim[0, 3, 1, 1], cos, rtol=1e-5)  # patch (0, 3) against patch (1, 1)
+
+
+def test_embedding_filters_find_the_planted_direction():
+    model = keras_vit.VisionTransformer(patch_size=4, hidden_size=32, num_layers=1, num_heads=4, mlp_dim=64,
+                                        input_shape=(16, 16, 3), classes=5)
+    rng = np.random.default_rng(0)
+    direction = rng.normal(size=48)
+    direction /= np.linalg.norm(direction)
+    kernel = np.outer(direction, rng.normal(0, 5, 32)) + rng.normal(0, 0.01, (48, 32))
+    model.get_layer("patch_encoder").projection.kernel.assign(kernel.astype("float32"))
+    filters = vit_inspect.embedding_filters(model, 3)
+    assert filters.shape == (3, 4, 4, 3)
+    assert abs(filters[0].ravel() @ direction) > 0.999
+    with pytest.raises(ValueError, match="`n` must be at most 32"):
+        vit_inspect.embedding_filters(model, 40)
+    hybrid = keras_vit.VisionTransformer(patch_size=1, hidden_size=32, num_layers=1, num_heads=4, mlp_dim=64,
+                                         input_shape=(32, 32, 3), resnet_num_layers=(1, 1))
+    with pytest.raises(ValueError, match="needs a pure ViT"):
+        vit_inspect.embedding_filters(hybrid)
+    assert vit_inspect.mean_attention_distance(hybrid, np.zeros((1, 32, 32, 3))).shape == (1, 4)
+
+
+def test_plots_write_readable_pngs(tmp_path, tiny):
+    x = _images(2)
+    paths = [
+        vit_inspect.plot_attention_rollout(x, vit_inspect.attention_rollout(tiny, x), tmp_path / "rollout.png"),
+        vit_inspect.plot_mean_attention_distance(vit_inspect.mean_attention_distance(tiny, x), tmp_path / "d.png", 16),
+        vit_inspect.plot_position_embedding_similarity(vit_inspect.position_embedding_similarity(tiny),
+                                                       tmp_path / "pe.png"),
+        vit_inspect.plot_embedding_filters(vit_inspect.embedding_filters(tiny, 7), tmp_path / "filters.png"),
+    ]
+    for path in paths:
+        image = matplotlib.image.imread(path)
+        assert image.ndim == 3 and image.shape[0] > 50 and image.shape[1] > 50 and image.std() > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.png", "filters.png", "pe.png", "rollout.png"]
