@@ -9,6 +9,11 @@ and writes to `--output-dir`:
     metrics.json         held-out accuracy and loss, images_per_second and
                          wall_time_s of the held-out evaluation, training time
     training_curve.png   loss and accuracy per epoch
+    backup/              while training: the state a preempted run resumes from
+                         (keras.callbacks.BackupAndRestore); removed at the end
+
+`--strategy` picks a tf.distribute strategy (docs/scaling.md); in a
+multi-worker run only the chief writes these files.
 
 Each file is written to a temporary name in the same folder and moved into
 place, so an interrupted run never leaves a half-written file under a final
@@ -70,7 +75,17 @@ def build_parser():
     t.add_argument("--ema-momentum", type=float, default=None, help="average the weights (e.g. 0.998); default: off")
     t.add_argument("--augment", choices=["none", "crop", "crop_flip", "affine"], default=None,
                    help="default: affine (small rotations and zooms) for digits, crop for other data")
-    t.add_argument("--precision", choices=["float32", "mixed_bfloat16", "mixed_float16"], default="float32")
+    t.add_argument("--precision", choices=["float32", "mixed_bfloat16", "mixed_float16"], default="float32",
+                   help="mixed_float16 adds dynamic loss scaling")
+    t.add_argument("--strategy", choices=["default", "mirrored", "multi_worker", "tpu"], default="default",
+                   help="tf.distribute strategy: one device, all local GPUs, workers from TF_CONFIG, or a TPU "
+                   "(--batch-size is the global batch); see docs/scaling.md")
+    t.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu")
+    t.add_argument("--backup-dir", default=None,
+                   help="where a preempted run keeps its state to resume from (default: OUTPUT_DIR/backup; "
+                   "deleted when training ends)")
+    t.add_argument("--backup-every", type=int, default=None,
+                   help="back up every N steps instead of every epoch (a resumed run restarts its epoch)")
     t.add_argument("--no-xla", action="store_true", help="train without jit_compile")
     t.add_argument("--seed", type=int, default=0)
 
@@ -163,6 +178,18 @@ def _check_output_dir(out):
         raise ValueError(f"--output-dir {out!r}: {path!r} is not writable")
 
 
+_ITERATORS_PER_EPOCH = 2  # keras/src/trainers/epoch_iterator.py: one at the end of an epoch, one at the start
+
+
+def _backed_up_epoch(backup_dir):
+    """The epoch a `keras.callbacks.BackupAndRestore` backup in `backup_dir` resumes at (0 without one)."""
+    try:
+        with open(os.path.join(backup_dir, "training_metadata.json")) as f:
+            return int(json.load(f)["epoch"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
 def run(args):
     """Trains and evaluates as `args` say; returns the metrics dict.
 
@@ -185,14 +212,26 @@ def run(args):
     if os.path.exists(model_path) and not args.overwrite:
         raise ValueError(f"{model_path} exists; pass --overwrite to replace it")
 
+    if args.backup_every is not None and args.backup_every < 1:
+        raise ValueError(f"--backup-every must be >= 1. Received: {args.backup_every}")
+
     import keras
 
     import keras_vit
-    from keras_vit import training
+    from keras_vit import distribute, training
 
+    strategy = distribute.get_strategy(args.strategy, tpu=args.tpu)
+    chief = distribute.is_chief()
+    jit_compile = not args.no_xla
+    if jit_compile and distribute.needs_cpu_collectives(strategy):
+        print(f"{args.strategy}: training without XLA: TensorFlow cannot compile cross-replica collectives for "
+              "CPU devices (use GPUs or TPUs for XLA)", file=sys.stderr)
+        jit_compile = False
     keras.utils.set_random_seed(args.seed)
     keras.mixed_precision.set_global_policy(args.precision)
     train, val = _load_data(args, image_size, args.batch_size)
+    if args.strategy != "default":
+        train, val = distribute.shard(train), distribute.shard(val)
     classes = len(train.class_names)
     common = {
         "input_shape": (image_size, image_size, 3),
@@ -201,30 +240,44 @@ def run(args):
         "dropout_rate": args.dropout_rate,
         "stochastic_depth_rate": args.stochastic_depth_rate,
     }
-    if args.variant:
-        model = getattr(keras_vit, args.variant)(**common)
-    else:
-        model = keras_vit.VisionTransformer(name="vit_digits" if not (args.image_folder or args.tfds) else "vit", **model_config, **common)
-
     steps_per_epoch = int(train.cardinality())
     if steps_per_epoch < 1:
         raise ValueError("the training data set is empty or of unknown size")
     total_steps = args.epochs * steps_per_epoch
-    training.compile_model(
-        model,
-        total_steps=total_steps,
-        optimizer=args.optimizer,
-        learning_rate=args.learning_rate,
-        warmup_steps=int(warmup_epochs * steps_per_epoch),
-        weight_decay=args.weight_decay,
-        label_smoothing=args.label_smoothing,
-        ema_momentum=args.ema_momentum,
-        jit_compile=not args.no_xla,
-    )
+    with strategy.scope():  # model, optimizer and metrics live on the strategy's devices
+        if args.variant:
+            model = getattr(keras_vit, args.variant)(**common)
+        else:
+            name = "vit_digits" if not (args.image_folder or args.tfds) else "vit"
+            model = keras_vit.VisionTransformer(name=name, **model_config, **common)
+        training.compile_model(
+            model,
+            total_steps=total_steps,
+            optimizer=args.optimizer,
+            learning_rate=args.learning_rate,
+            warmup_steps=int(warmup_epochs * steps_per_epoch),
+            weight_decay=args.weight_decay,
+            label_smoothing=args.label_smoothing,
+            ema_momentum=args.ema_momentum,
+            jit_compile=jit_compile,
+        )
+    distribute.prepare_fit(model, train, strategy)
     os.makedirs(out, exist_ok=True)
+    backup_dir = args.backup_dir or os.path.join(out, "backup")
+    if not chief:  # each worker keeps its own state; only the chief writes the outputs
+        backup_dir = os.path.join(backup_dir, f"worker_{distribute.cluster_spec()['task']['index']}")
+    backup = keras.callbacks.BackupAndRestore(
+        backup_dir, save_freq=args.backup_every or "epoch", double_checkpoint=True, delete_checkpoint=True
+    )
+    # A resumed run restarts at the epoch it was in; advance the pipeline's reshuffling to that epoch, so that
+    # it sees the same images in the same order as an uninterrupted run. Creating an iterator is what moves a
+    # tf.data reshuffle on (no data is read), and Keras 3.15's fit creates two per epoch (docs/traps.md).
+    for _ in range(_ITERATORS_PER_EPOCH * _backed_up_epoch(backup_dir)):
+        iter(train)
     start = time.perf_counter()
     # The pipeline shuffles with --seed; Keras' own shuffle does not apply to tf.data.
-    history = model.fit(train, validation_data=val, epochs=args.epochs, verbose=args.verbose, shuffle=False)
+    history = model.fit(train, validation_data=val, epochs=args.epochs, verbose=args.verbose, shuffle=False,
+                        callbacks=[backup])
     train_time = time.perf_counter() - start
 
     model.evaluate(val, verbose=0)  # warm-up: compile the evaluation step before timing it
@@ -245,9 +298,13 @@ def run(args):
         "parameters": int(model.count_params()),
         "precision": args.precision,
         "jit_compile": bool(model.jit_compile),
+        "strategy": args.strategy,
+        "replicas": int(strategy.num_replicas_in_sync),
         "class_names": list(train.class_names),
     }
     hist = {k: [float(v) for v in vals] for k, vals in history.history.items()}
+    if not chief:
+        return metrics
     _atomic_write(model_path, model.save)
     _write_json(os.path.join(out, "history.json"), hist)
     _write_json(os.path.join(out, "metrics.json"), metrics)

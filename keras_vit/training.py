@@ -176,9 +176,9 @@ def compile_model(
 
     schedule = learning_rate_schedule(learning_rate, total_steps, warmup_steps)
     if optimizer == "sgd":
-        opt = keras.optimizers.SGD(schedule, momentum=momentum, global_clipnorm=global_clipnorm, **ema)
+        opt = SGD(schedule, momentum=momentum, global_clipnorm=global_clipnorm, **ema)
     else:
-        opt = keras.optimizers.AdamW(
+        opt = AdamW(
             schedule, weight_decay=weight_decay, beta_1=0.9, beta_2=0.999, global_clipnorm=global_clipnorm, **ema
         )
         opt.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
@@ -194,6 +194,49 @@ def compile_model(
             "without it: a layer of the model does not support XLA. Pass jit_compile=False to train without XLA."
         )
     return model
+
+
+def _replicas():
+    import tensorflow as tf
+
+    return tf.distribute.get_strategy().num_replicas_in_sync
+
+
+class _ClipAfterAllReduce:
+    """Clips by global norm the gradient summed over replicas, not each replica's part of it.
+
+    Keras 3.15's TensorFlow optimizer clips each replica's gradient (with
+    `global_clipnorm`) before the cross-replica sum, so with N replicas the
+    update may reach N times the norm the recipe allows, and a multi-device
+    run drifts from a one-device run (docs/traps.md). Here the clipping moves
+    after the all-reduce; on one device nothing changes.
+    """
+
+    def _clip_gradients(self, grads):
+        if self.global_clipnorm and _replicas() > 1:
+            return grads  # clipped in _all_reduce_sum_gradients, after the sum
+        return super()._clip_gradients(grads)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        reduced = super()._all_reduce_sum_gradients(grads_and_vars)
+        if not (self.global_clipnorm and _replicas() > 1):
+            return reduced
+        from keras.src.optimizers.base_optimizer import clip_by_global_norm  # what Keras' own clipping uses
+
+        kept = [(g, v) for g, v in reduced if g is not None]
+        clipped = clip_by_global_norm([g for g, _ in kept], self.global_clipnorm)
+        clipped = iter(clipped)
+        return [(next(clipped), v) if g is not None else (g, v) for g, v in reduced]
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AdamW(_ClipAfterAllReduce, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW` whose `global_clipnorm` applies to the cross-replica gradient (tf.distribute)."""
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class SGD(_ClipAfterAllReduce, keras.optimizers.SGD):
+    """`keras.optimizers.SGD` whose `global_clipnorm` applies to the cross-replica gradient (tf.distribute)."""
 
 
 def _head_gives_logits(model):

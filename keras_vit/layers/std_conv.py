@@ -38,7 +38,7 @@ class StdConv2D(keras.layers.Conv2D):
 
     >>> import numpy as np
     >>> layer = StdConv2D(4, 3, padding="same", use_bias=False)
-    >>> layer(np.ones((1, 8, 8, 2), "float32")).shape
+    >>> tuple(layer(np.ones((1, 8, 8, 2), "float32")).shape)
     (1, 8, 8, 4)
     """
 

@@ -1,0 +1,210 @@
+"""tf.distribute training (issue 6): strategies, preemption and resume, MirroredStrategy and multi-worker on CPU."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from keras_vit import distribute
+
+TINY = ["--image-size", "16", "--patch-size", "4", "--hidden-size", "32", "--num-layers", "1", "--num-heads", "2",
+        "--mlp-dim", "64", "--verbose", "0", "--seed", "0"]
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+
+
+def _train(out, *extra, timeout=600):
+    cmd = [sys.executable, "-m", "keras_vit.train", "--output-dir", str(out), *TINY, *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+def _weights(path):
+    import keras
+
+    import keras_vit  # noqa: F401 (registers the layers)
+
+    return [w.numpy() for w in keras.saving.load_model(path).weights]
+
+
+def test_get_strategy_and_its_errors(monkeypatch):
+    import tensorflow as tf
+
+    assert distribute.get_strategy("default") is tf.distribute.get_strategy()
+    with pytest.raises(ValueError, match="`strategy` must be one of 'default', 'mirrored', 'multi_worker', 'tpu'"):
+        distribute.get_strategy("horovod")
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ValueError, match="strategy='multi_worker' needs the TF_CONFIG environment variable"):
+        distribute.get_strategy("multi_worker")
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(ValueError, match="TF_CONFIG must be JSON with 'cluster' and 'task'"):
+        distribute.cluster_spec()
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}))
+    assert not distribute.is_chief()
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}))
+    assert distribute.is_chief()
+    with pytest.raises(ValueError, match="`devices` applies to strategy='mirrored' only"):
+        distribute.get_strategy("default", devices=["/cpu:0"])
+
+
+def test_tpu_strategy_without_a_tpu_is_a_clear_error():
+    result = _train("/tmp/unused-tpu-run", "--strategy", "tpu", "--epochs", "1", timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "strategy='tpu': no TPU could be reached" in result.stderr
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
+    args = ["--epochs", "4", "--batch-size", "16"]
+    assert _train(tmp_path / "whole", *args).returncode == 0
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "keras_vit.train", "--output-dir", str(out), *TINY, *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+    metadata = out / "backup" / "training_metadata.json"
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                if json.loads(metadata.read_text())["epoch"] >= 2:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+        time.sleep(0.3)  # into epoch 3
+        proc.send_signal(signal.SIGKILL)  # preemption: no clean-up at all
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert not (out / "model.keras").exists()
+    assert json.loads(metadata.read_text())["epoch"] in (2, 3)
+    resumed = _train(out, *args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not (out / "backup").exists()  # removed once training ended
+    history = json.loads((out / "history.json").read_text())
+    assert len(history["loss"]) < 4  # only the epochs after the backup were run again
+    for a, b in zip(_weights(tmp_path / "whole" / "model.keras"), _weights(out / "model.keras")):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+
+
+MIRRORED = r"""
+import json, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras, numpy as np
+import keras_vit
+from keras_vit import data, distribute, training
+keras.utils.set_random_seed(0)
+strategy = distribute.get_strategy(sys.argv[1], devices=["/cpu:0", "/cpu:1"] if sys.argv[1] == "mirrored" else None)
+train = distribute.shard(data.digits("train", image_size=16, batch_size=64, shuffle=False))
+with strategy.scope():
+    model = keras_vit.VisionTransformer(patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
+                                        input_shape=(16, 16, 3), classes=10, classifier_activation=None)
+    # XLA cannot compile a replica step whose variables sit on another logical CPU device (docs/traps.md).
+    training.compile_model(model, total_steps=3 * int(train.cardinality()), learning_rate=3e-3, jit_compile=False)
+history = model.fit(train, epochs=3, verbose=0, shuffle=False)
+print("RESULT", json.dumps({"loss": history.history["loss"], "replicas": strategy.num_replicas_in_sync,
+                            "jit": bool(model.jit_compile)}))
+"""
+
+
+def _result(stdout):
+    return json.loads(next(line for line in stdout.splitlines() if line.startswith("RESULT "))[7:])
+
+
+@pytest.mark.slow
+def test_mirrored_over_two_cpus_follows_the_one_device_loss_curve():
+    runs = {}
+    for name in ("default", "mirrored"):
+        r = subprocess.run([sys.executable, "-c", MIRRORED, name], capture_output=True, text=True, timeout=600, env=ENV)
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[name] = _result(r.stdout)
+    assert runs["default"]["replicas"] == 1 and runs["mirrored"]["replicas"] == 2
+    assert runs["default"]["loss"][-1] < runs["default"]["loss"][0]  # it learns
+    np.testing.assert_allclose(runs["mirrored"]["loss"], runs["default"]["loss"], rtol=2e-3)
+
+
+WORKER = r"""
+import json, sys
+import keras, numpy as np
+import keras_vit
+from keras_vit import data, distribute, training
+strategy = distribute.get_strategy("multi_worker")
+keras.utils.set_random_seed(0)
+x = np.random.default_rng(0).uniform(-1, 1, (64, 16, 16, 3)).astype("float32")
+y = np.arange(64) % 4
+train = distribute.shard(data.from_arrays(x, y, batch_size=16, image_size=16))
+with strategy.scope():
+    model = keras_vit.VisionTransformer(patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
+                                        input_shape=(16, 16, 3), classes=4, classifier_activation=None)
+    # XLA cannot compile cross-worker collectives for CPU devices (docs/traps.md).
+    training.compile_model(model, total_steps=8, learning_rate=3e-3, jit_compile=False)
+distribute.prepare_fit(model, train, strategy)
+model.fit(train, epochs=2, verbose=0, shuffle=False)
+np.savez(sys.argv[1], *[w.numpy() for w in model.weights])
+print("RESULT", json.dumps({"replicas": strategy.num_replicas_in_sync, "chief": distribute.is_chief()}))
+"""
+
+
+def _free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _run_workers(command, count=2, timeout=600):
+    """Runs `command(i)` as worker i of a cluster on 127.0.0.1 (free ports); returns [(stdout, stderr)].
+
+    Bounded in time; every process is killed and reaped whatever happens; asserts each exited with 0.
+    """
+    workers = [f"127.0.0.1:{p}" for p in _free_ports(count)]
+    procs = []
+    try:
+        for i in range(count):
+            config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
+            procs.append(subprocess.Popen(command(i), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                          env={**ENV, "TF_CONFIG": json.dumps(config)}))
+        outputs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (_, stderr) in zip(procs, outputs):
+        assert p.returncode == 0, stderr[-3000:]
+    return outputs
+
+
+@pytest.mark.slow
+def test_multi_worker_on_two_local_processes_ends_with_identical_weights(tmp_path):
+    outputs = _run_workers(lambda i: [sys.executable, "-c", WORKER, str(tmp_path / f"w{i}.npz")])
+    results = [_result(stdout) for stdout, _ in outputs]
+    assert [r["replicas"] for r in results] == [2, 2] and [r["chief"] for r in results] == [True, False]
+    a, b = (np.load(tmp_path / f"w{i}.npz") for i in range(2))
+    assert len(a.files) == len(b.files) > 0
+    for k in a.files:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+@pytest.mark.slow
+def test_cli_multi_worker_chief_writes_the_model_and_the_other_worker_nothing(tmp_path):
+    outputs = _run_workers(lambda i: [
+        sys.executable, "-m", "keras_vit.train", "--output-dir", str(tmp_path / f"out{i}"), *TINY,
+        "--epochs", "2", "--batch-size", "64", "--strategy", "multi_worker"])
+    for _, stderr in outputs:
+        assert "training without XLA" in stderr
+    metrics = json.loads((tmp_path / "out0" / "metrics.json").read_text())
+    assert metrics["strategy"] == "multi_worker" and metrics["replicas"] == 2 and metrics["jit_compile"] is False
+    assert (tmp_path / "out0" / "model.keras").exists()
+    assert not [p for p in (tmp_path / "out1").rglob("*") if p.is_file()]  # the other worker wrote nothing
