@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine (see README.md):
 #   make demo   create .venv, install keras_vit + export, train on digits, export and verify -> runs/demo/
 #   make test   the same install, then every test (slow ones too)
+#   make bench  the same install, then the benchmarks (tens of minutes; tables in benchmarks/README.md)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,7 +9,7 @@ STAMP := $(VENV)/.keras_vit-installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED = 1
 
-.PHONY: install system-deps demo test test-quick clean
+.PHONY: install system-deps demo test test-quick bench clean
 
 # tflite-support's extension (TFLite metadata) needs libusb; installed as root with apt-get.
 system-deps:
@@ -20,7 +21,7 @@ system-deps:
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet -e ".[export,test]"
+	$(PY) -m pip install --quiet -e ".[export,test,bench]"
 	# docs/traps.md: tflite-support pins protobuf<4, which would break TensorFlow; it goes in last, without its deps.
 	$(PY) -m pip install --quiet --no-deps tflite-support==0.4.4
 	touch $(STAMP)
@@ -36,6 +37,9 @@ test: install
 
 test-quick: install
 	$(PY) -m pytest -m "not slow"
+
+bench: install
+	$(PY) -m benchmarks.run --update-readme
 
 clean:
 	rm -rf runs .pytest_cache

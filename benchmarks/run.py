@@ -1,0 +1,453 @@
+"""keras_vit benchmarks: training and inference throughput against peers and against this machine's peak.
+
+    make bench                                   # everything (tens of minutes on 2 cores)
+    .venv/bin/python -m benchmarks.run --models Ti16 --sections train
+    .venv/bin/python -m benchmarks.run --quick   # a tiny model, a few seconds: checks that it all runs
+
+Prints Markdown tables, writes `benchmarks/results/latest.json` and `latest.md`, and with
+`--update-readme` puts the tables into `benchmarks/README.md`. Times are medians over timed steps
+after warm-up steps (XLA compilation excluded). Nothing here asserts a time.
+
+Figures per row: images/s; achieved GFLOP/s from the analytic FLOP count of the model (forward
+2 x MACs per image; training counted as 3x forward); and that as a fraction of the matrix-multiply
+peak measured in the same run (the best float32 and bfloat16 matrix product of TensorFlow with and
+without XLA and of PyTorch; the peak of the row's compute dtype). Peers, same configuration, same run: keras-hub's `ViTBackbone` (+ token pooling and a
+Dense head, Keras 3 on TensorFlow) and Hugging Face transformers' `ViTForImageClassification` in
+PyTorch (eager; bfloat16 through `torch.autocast`).
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+SIZES = {"Ti16": (192, 12, 3, 768, 16), "S16": (384, 12, 6, 1536, 16), "B16": (768, 12, 12, 3072, 16)}
+QUICK = {"tiny": (64, 2, 4, 128, 8)}
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def vit_flops(hidden, layers, mlp, patch, image, classes=1000, channels=3):
+    """Forward FLOPs per image (2 x multiply-accumulates) of a token-classifier ViT."""
+    n = (image // patch) ** 2
+    s = n + 1
+    macs = n * patch * patch * channels * hidden  # patch embedding
+    macs += layers * (4 * s * hidden * hidden + 2 * s * s * hidden + 2 * s * hidden * mlp)
+    macs += hidden * classes
+    return 2 * macs
+
+
+def _median_rate(times, images):
+    return images / statistics.median(times)
+
+
+def matmul_peak(dtype, n=4096, repeats=5):
+    """This machine's matrix-multiply peak in GFLOP/s for `dtype` ("float32" or "bfloat16").
+
+    The best n x n x n product of `repeats` runs each of TensorFlow with XLA, TensorFlow without XLA
+    (oneDNN) and PyTorch (oneDNN/MKL): the fastest of the libraries measured here is the peak.
+    Returns (GFLOP/s, which library gave it).
+    """
+    import tensorflow as tf
+    import torch
+
+    flop = 2 * n**3
+    best = {}
+    a = tf.cast(tf.random.normal((n, n)), dtype)
+    for label, jit in (("TensorFlow+XLA", True), ("TensorFlow", False)):
+        f = tf.function(lambda x: tf.matmul(x, x), jit_compile=jit)
+        f(a).numpy()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            f(a).numpy()
+            times.append(time.perf_counter() - start)
+        best[label] = flop / min(times) / 1e9
+    t = torch.randn(n, n).to(getattr(torch, dtype))
+    torch.matmul(t, t)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.matmul(t, t)
+        times.append(time.perf_counter() - start)
+    best["PyTorch"] = flop / min(times) / 1e9
+    label = max(best, key=best.get)
+    return best[label], label
+
+
+class _StepTimer:
+    def __init__(self):
+        import keras
+
+        class Timer(keras.callbacks.Callback):
+            def __init__(self):
+                super().__init__()
+                self.times = []
+
+            def on_train_batch_begin(self, batch, logs=None):
+                self._start = time.perf_counter()
+
+            def on_train_batch_end(self, batch, logs=None):
+                self.times.append(time.perf_counter() - self._start)
+
+        self.callback = Timer()
+
+
+def _keras_models(name, config, image, classes=1000):
+    import keras
+
+    import keras_vit
+
+    hidden, layers, heads, mlp, patch = config
+    ours = keras_vit.VisionTransformer(patch_size=patch, hidden_size=hidden, num_layers=layers, num_heads=heads,
+                                       mlp_dim=mlp, input_shape=(image, image, 3), classes=classes,
+                                       classifier_activation=None, name=f"keras_vit_{name}")
+    from keras_hub.models import ViTBackbone
+
+    inputs = keras.Input((image, image, 3))
+    backbone = ViTBackbone(image_shape=(image, image, 3), patch_size=patch, num_layers=layers, num_heads=heads,
+                           hidden_dim=hidden, mlp_dim=mlp)
+    tokens = backbone(inputs)
+    logits = keras.layers.Dense(classes, dtype="float32")(tokens[:, 0])
+    peer = keras.Model(inputs, logits, name=f"keras_hub_{name}")
+    return {"keras_vit": ours, "keras-hub": peer}
+
+
+def train_keras(model, batch, steps, warmup, jit):
+    import keras
+    import tensorflow as tf
+
+    x = np.random.default_rng(0).uniform(-1, 1, (batch, *model.input_shape[1:])).astype("float32")
+    y = np.arange(batch) % model.output_shape[-1]
+    ds = tf.data.Dataset.from_tensors((x, y)).repeat()
+    model.compile(optimizer=keras.optimizers.AdamW(1e-4, global_clipnorm=1.0),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit)
+    timer = _StepTimer().callback
+    model.fit(ds, steps_per_epoch=warmup + steps, epochs=1, verbose=0, callbacks=[timer], shuffle=False)
+    if jit and not model.jit_compile:
+        return None  # Keras fell back: not an XLA figure
+    return _median_rate(timer.times[warmup:], batch)
+
+
+def infer_keras(model, batch, steps, warmup, jit=True):
+    import tensorflow as tf
+
+    x = tf.constant(np.random.default_rng(0).uniform(-1, 1, (batch, *model.input_shape[1:])).astype("float32"))
+    f = tf.function(lambda v: model(v, training=False), jit_compile=jit)
+    times = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        f(x).numpy()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return _median_rate(times, batch)
+
+
+def _torch_model(config, image, classes=1000):
+    import torch
+    import transformers
+
+    hidden, layers, heads, mlp, patch = config
+    torch.set_num_threads(os.cpu_count() or 1)
+    cfg = transformers.ViTConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                                 intermediate_size=mlp, image_size=image, patch_size=patch, num_labels=classes,
+                                 layer_norm_eps=1e-6)
+    return transformers.ViTForImageClassification(cfg)
+
+
+def train_torch(config, image, batch, steps, warmup, bf16):
+    import torch
+
+    model = _torch_model(config, image).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (batch, 3, image, image)).astype("float32"))
+    y = torch.arange(batch) % 1000
+    times = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = torch.nn.functional.cross_entropy(model(pixel_values=x).logits.float(), y)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return _median_rate(times, batch)
+
+
+def infer_torch(config, image, batch, steps, warmup, bf16=False):
+    import torch
+
+    model = _torch_model(config, image).eval()
+    x = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (batch, 3, image, image)).astype("float32"))
+    times = []
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        for i in range(warmup + steps):
+            start = time.perf_counter()
+            model(pixel_values=x)
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+    return _median_rate(times, batch)
+
+
+def _row(section, impl, model, precision, xla, batch, rate, flops, peaks, extra=""):
+    gflops = None if rate is None else rate * flops / 1e9
+    peak = peaks["bfloat16" if "bfloat16" in precision else "float32"]
+    return {
+        "section": section, "implementation": impl, "model": model, "precision": precision, "xla": xla,
+        "batch": batch, "images_per_s": rate, "gflops": gflops,
+        "fraction_of_peak": None if gflops is None else gflops / peak, "note": extra,
+    }
+
+
+def bench_train(models, image, batch, steps, warmup, peaks, quick):
+    import keras
+
+    rows = []
+    for name, config in models.items():
+        hidden, layers, heads, mlp, patch = config
+        flops = 3 * vit_flops(hidden, layers, mlp, patch, image)
+        for precision in ("float32", "mixed_bfloat16"):
+            for jit in (True, False):
+                keras.mixed_precision.set_global_policy(precision)
+                for impl, model in _keras_models(name, config, image).items():
+                    rate = train_keras(model, batch, steps, warmup, jit)
+                    rows.append(_row("train", impl, name, precision, "on" if jit else "off", batch, rate, flops, peaks))
+                    print(_one_line(rows[-1]), flush=True)
+                keras.mixed_precision.set_global_policy("float32")
+            rate = train_torch(config, image, batch, steps, warmup, bf16=precision != "float32")
+            rows.append(_row("train", "HF transformers (PyTorch)", name, precision, "n/a", batch, rate, flops, peaks,
+                             "eager" + (", autocast bfloat16" if precision != "float32" else "")))
+            print(_one_line(rows[-1]), flush=True)
+    return rows
+
+
+def bench_infer(models, image, batches, steps, warmup, peaks):
+    import keras
+
+    rows = []
+    for name, config in models.items():
+        hidden, layers, heads, mlp, patch = config
+        flops = vit_flops(hidden, layers, mlp, patch, image)
+        keras.mixed_precision.set_global_policy("float32")
+        built = _keras_models(name, config, image)
+        for batch in batches:
+            for impl, model in built.items():
+                rate = infer_keras(model, batch, steps, warmup)
+                rows.append(_row("infer", impl, name, "float32", "on", batch, rate, flops, peaks))
+                print(_one_line(rows[-1]), flush=True)
+            rate = infer_torch(config, image, batch, steps, warmup)
+            rows.append(_row("infer", "HF transformers (PyTorch)", name, "float32", "n/a", batch, rate, flops, peaks,
+                             "eager, inference_mode"))
+            print(_one_line(rows[-1]), flush=True)
+    return rows
+
+
+def bench_artifacts(name, config, image, batches, steps, warmup, peaks):
+    """Latency of every exported artifact of keras_vit's model, each in its own runtime."""
+    import keras
+    import tensorflow as tf
+
+    from export import export_onnx, export_saved_model, export_tflite
+
+    hidden, layers, heads, mlp, patch = config
+    flops = vit_flops(hidden, layers, mlp, patch, image)
+    keras.mixed_precision.set_global_policy("float32")
+    model = _keras_models(name, config, image)["keras_vit"]
+    calibration = np.random.default_rng(1).uniform(-1, 1, (8, image, image, 3)).astype("float32")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = export_saved_model(model, os.path.join(tmp, "saved_model"))
+        files = {q: export_tflite(model, os.path.join(tmp, f"{q}.tflite"), quantization=q,
+                                  representative_data=calibration if q == "int8" else None)
+                 for q in ("float32", "float16", "int8")}
+        onnx_path = export_onnx(model, os.path.join(tmp, "model.onnx"))
+        for batch in batches:
+            x = np.random.default_rng(0).uniform(-1, 1, (batch, image, image, 3)).astype("float32")
+            serve = tf.saved_model.load(saved).signatures["serving_default"]
+            rows.append(_latency_row("SavedModel (TF)", name, batch, lambda: serve(images=tf.constant(x)),
+                                     steps, warmup, flops, peaks))
+            for q, path in files.items():
+                for threads in (1, 2):
+                    run = _litert_runner(path, x, threads)
+                    rows.append(_latency_row(f"TFLite {q} (LiteRT, {threads} thread{'s' * (threads > 1)})", name,
+                                             batch, run, steps, warmup, flops, peaks))
+            import onnxruntime as ort
+
+            session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+            feed = {session.get_inputs()[0].name: x}
+            rows.append(_latency_row("ONNX Runtime", name, batch, lambda: session.run(None, feed), steps, warmup,
+                                     flops, peaks))
+            for row in rows[-8:]:
+                print(_one_line(row), flush=True)
+    return rows
+
+
+def _litert_runner(path, x, threads):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=path, num_threads=threads)
+    detail = interpreter.get_input_details()[0]
+    interpreter.resize_tensor_input(detail["index"], x.shape)
+    interpreter.allocate_tensors()
+    detail = interpreter.get_input_details()[0]
+    data = x
+    if detail["dtype"] != np.float32:  # int8 I/O: quantize with the file's scale
+        scale, zero = detail["quantization"]
+        data = np.clip(np.round(x / scale + zero), -128, 127).astype(detail["dtype"])
+
+    def run():
+        interpreter.set_tensor(detail["index"], data)
+        interpreter.invoke()
+
+    return run
+
+
+def _latency_row(impl, name, batch, call, steps, warmup, flops, peaks):
+    times = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        call()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    row = _row("artifacts", impl, name, "float32", "n/a", batch, _median_rate(times, batch), flops, peaks)
+    row["latency_ms"] = 1000 * statistics.median(times)
+    return row
+
+
+def _fmt(v, spec):
+    return "–" if v is None else format(v, spec)
+
+
+def _one_line(row):
+    return (f"  {row['section']:9s} {row['implementation']:38s} {row['model']:5s} {row['precision']:15s} "
+            f"xla={row['xla']:3s} batch={row['batch']:2d} {_fmt(row['images_per_s'], '8.2f')} img/s "
+            f"{_fmt(row['gflops'], '7.1f')} GFLOP/s")
+
+
+def headline(rows):
+    """keras_vit / best peer for each configuration (same section, model, precision, XLA where it applies, batch)."""
+    out = []
+    keys = {(r["section"], r["model"], r["precision"], r["xla"], r["batch"]) for r in rows
+            if r["implementation"] == "keras_vit"}
+    for section, model, precision, xla, batch in sorted(keys):
+        ours = next(r for r in rows if r["implementation"] == "keras_vit" and
+                    (r["section"], r["model"], r["precision"], r["xla"], r["batch"]) == (section, model, precision, xla, batch))
+        peers = [r for r in rows if r["implementation"] != "keras_vit" and r["section"] == section and
+                 r["model"] == model and r["precision"] == precision and r["batch"] == batch and
+                 r["xla"] in (xla, "n/a") and r["images_per_s"]]
+        if not peers or not ours["images_per_s"]:
+            continue
+        best = max(peers, key=lambda r: r["images_per_s"])
+        out.append({"section": section, "model": model, "precision": precision, "xla": xla, "batch": batch,
+                    "keras_vit": ours["images_per_s"], "best_peer": best["implementation"],
+                    "best_peer_images_per_s": best["images_per_s"], "ratio": ours["images_per_s"] / best["images_per_s"]})
+    return out
+
+
+def markdown(result):
+    src = result["peak_sources"]
+    lines = [f"Machine: {result['machine']}. Matrix-multiply peak measured in this run (best 4096^3 product of "
+             f"TensorFlow with and without XLA and PyTorch): float32 {result['peaks']['float32']:.0f} GFLOP/s "
+             f"({src['float32']}), bfloat16 {result['peaks']['bfloat16']:.0f} GFLOP/s ({src['bfloat16']}). "
+             f"Image {result['image_size']} px, 1000 classes, random weights and inputs; {result['warmup']} warm-up "
+             f"and {result['steps']} timed steps per figure.", ""]
+    if result["headline"]:
+        lines += ["**keras_vit against the best peer** (ratio of images/s; > 1 is faster):", "",
+                  "| section | model | precision | XLA | batch | keras_vit img/s | best peer | peer img/s | ratio |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for h in result["headline"]:
+            lines.append(f"| {h['section']} | {h['model']} | {h['precision']} | {h['xla']} | {h['batch']} | "
+                         f"{h['keras_vit']:.2f} | {h['best_peer']} | {h['best_peer_images_per_s']:.2f} | "
+                         f"{h['ratio']:.2f} |")
+        lines.append("")
+    for section, title in (("train", "Training throughput (`model.fit` on `tf.data`; PyTorch: a plain loop)"),
+                           ("infer", "Inference throughput"), ("artifacts", "Exported artifacts (keras_vit)")):
+        rows = [r for r in result["rows"] if r["section"] == section]
+        if not rows:
+            continue
+        lines += [f"**{title}**", "",
+                  "| implementation | model | precision | XLA | batch | images/s | latency ms | GFLOP/s | of peak | note |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            latency = r.get("latency_ms") or (None if not r["images_per_s"] else 1000 * r["batch"] / r["images_per_s"])
+            lines.append(f"| {r['implementation']} | {r['model']} | {r['precision']} | {r['xla']} | {r['batch']} | "
+                         f"{_fmt(r['images_per_s'], '.2f')} | {_fmt(latency, '.1f')} | {_fmt(r['gflops'], '.1f')} | "
+                         f"{_fmt(r['fraction_of_peak'], '.1%')} | {r['note']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="Ti16,S16,B16", help="comma list of Ti16, S16, B16")
+    parser.add_argument("--sections", default="train,infer,artifacts")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--train-batch", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per figure")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (XLA compiles here)")
+    parser.add_argument("--quick", action="store_true", help="a tiny model at 32 px, 1 timed step: a smoke run")
+    parser.add_argument("--output-dir", default=os.path.join(HERE, "results"))
+    parser.add_argument("--update-readme", action="store_true", help="put the tables into benchmarks/README.md")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.quick:
+        models, image, steps, warmup = QUICK, 32, 1, 1
+    else:
+        unknown = [m for m in args.models.split(",") if m not in SIZES]
+        if unknown:
+            parser.error(f"--models: unknown {', '.join(unknown)} (choose from {', '.join(SIZES)})")
+        models = {m: SIZES[m] for m in args.models.split(",")}
+        image, steps, warmup = args.image_size, args.steps, args.warmup
+    sections = args.sections.split(",")
+    measured = {dtype: matmul_peak(dtype) for dtype in ("float32", "bfloat16")}
+    peaks = {dtype: value for dtype, (value, _) in measured.items()}
+    peak_sources = {dtype: source for dtype, (_, source) in measured.items()}
+    print(f"matmul peak: float32 {peaks['float32']:.0f} GFLOP/s ({peak_sources['float32']}), "
+          f"bfloat16 {peaks['bfloat16']:.0f} GFLOP/s ({peak_sources['bfloat16']})", flush=True)
+    rows = []
+    if "train" in sections:
+        rows += bench_train(models, image, args.train_batch if not args.quick else 4, steps, warmup, peaks, args.quick)
+    if "infer" in sections:
+        rows += bench_infer(models, image, (1, 8), steps, warmup, peaks)
+    if "artifacts" in sections:
+        first = next(iter(models))
+        rows += bench_artifacts(first, models[first], image, (1, 8), steps, warmup, peaks)
+    import keras
+    import tensorflow as tf
+    import torch
+
+    result = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}, "
+                   f"TensorFlow {tf.__version__}, Keras {keras.__version__}, PyTorch {torch.__version__}",
+        "image_size": image, "steps": steps, "warmup": warmup, "peaks": peaks, "peak_sources": peak_sources,
+        "rows": rows,
+        "headline": headline(rows),
+    }
+    table = markdown(result)
+    print()
+    print(table)
+    os.makedirs(args.output_dir, exist_ok=True)
+    with open(os.path.join(args.output_dir, "latest.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(args.output_dir, "latest.md"), "w") as f:
+        f.write(table + "\n")
+    if args.update_readme:
+        path = os.path.join(HERE, "README.md")
+        text = open(path).read()
+        begin, end = "<!-- results:begin -->", "<!-- results:end -->"
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1]
+        with open(path, "w") as f:
+            f.write(f"{head}{begin}\n{table}\n{end}{tail}")
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)

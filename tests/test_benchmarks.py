@@ -1,0 +1,46 @@
+"""The benchmark harness runs and reports every figure (no time is asserted: speed lives in benchmarks/)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.run import headline, vit_flops
+
+
+def test_flop_count_matches_published_macs():
+    # timm's table (CHECKPOINTS.md): ViT-B/16 17.58 GMACs at 224, Ti/16 1.26; FLOPs = 2 x MACs.
+    assert vit_flops(768, 12, 3072, 16, 224) / 2 / 1e9 == pytest.approx(17.58, rel=0.01)
+    assert vit_flops(192, 12, 768, 16, 224) / 2 / 1e9 == pytest.approx(1.26, rel=0.01)
+
+
+def test_headline_ratio_uses_the_best_peer_of_the_same_configuration():
+    rows = [
+        {"section": "train", "implementation": "keras_vit", "model": "Ti16", "precision": "float32", "xla": "on",
+         "batch": 8, "images_per_s": 10.0},
+        {"section": "train", "implementation": "keras-hub", "model": "Ti16", "precision": "float32", "xla": "on",
+         "batch": 8, "images_per_s": 8.0},
+        {"section": "train", "implementation": "torch", "model": "Ti16", "precision": "float32", "xla": "n/a",
+         "batch": 8, "images_per_s": 12.5},
+        {"section": "train", "implementation": "keras-hub", "model": "Ti16", "precision": "float32", "xla": "off",
+         "batch": 8, "images_per_s": 99.0},  # another configuration: ignored
+    ]
+    (h,) = headline(rows)
+    assert h["best_peer"] == "torch" and h["ratio"] == pytest.approx(0.8)
+
+
+@pytest.mark.slow
+def test_quick_run_reports_every_row(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--sections", "train,infer", "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads((tmp_path / "latest.json").read_text())
+    impls = {r["implementation"] for r in data["rows"]}
+    assert impls == {"keras_vit", "keras-hub", "HF transformers (PyTorch)"}
+    assert len([r for r in data["rows"] if r["section"] == "train"]) == 10  # 2 precisions x (2 x 2 Keras + torch)
+    assert all(r["images_per_s"] > 0 and 0 < r["fraction_of_peak"] < 1.5 for r in data["rows"])
+    assert data["peaks"]["float32"] > 0 and data["headline"]
+    assert "| keras_vit | tiny |" in (tmp_path / "latest.md").read_text()
