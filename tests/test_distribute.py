@@ -208,3 +208,11 @@ def test_cli_multi_worker_chief_writes_the_model_and_the_other_worker_nothing(tm
     assert metrics["strategy"] == "multi_worker" and metrics["replicas"] == 2 and metrics["jit_compile"] is False
     assert (tmp_path / "out0" / "model.keras").exists()
     assert not [p for p in (tmp_path / "out1").rglob("*") if p.is_file()]  # the other worker wrote nothing
+
+
+def test_cli_mirrored_without_gpus_runs_on_one_cpu_replica_with_xla(tmp_path):
+    result = _train(tmp_path, "--strategy", "mirrored", "--epochs", "1", "--batch-size", "64")
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["strategy"] == "mirrored" and metrics["replicas"] == 1 and metrics["jit_compile"] is True
+    assert not (tmp_path / "backup").exists()
