@@ -8,26 +8,17 @@ fixed part is everything outside the encoder (patch embedding, head, dispatch, r
 overhead); the per-block part is the attention and MLP compute. Prints a Markdown table.
 """
 
-import statistics
 import sys
-import time
 
 import numpy as np
 
-from benchmarks.run import _keras_models, _torch_model
+from benchmarks.run import _keras_models, _torch_model, median_seconds
 
 DEPTHS = (0, 4, 12)
 
 
 def _time(call, steps=30, warmup=5):
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+    return 1000 * median_seconds(call, steps, warmup)
 
 
 def main():

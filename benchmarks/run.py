@@ -46,6 +46,18 @@ def _median_rate(times, images):
     return images / statistics.median(times)
 
 
+def median_seconds(call, steps, warmup):
+    """Median wall time of `call()` over `steps` runs after `warmup` untimed ones."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def matmul_peak(dtype, n=4096, repeats=5):
     """This machine's matrix-multiply peak in GFLOP/s for `dtype` ("float32" or "bfloat16").
 
@@ -139,13 +151,7 @@ def infer_keras(model, batch, steps, warmup, jit=True):
 
     x = tf.constant(np.random.default_rng(0).uniform(-1, 1, (batch, *model.input_shape[1:])).astype("float32"))
     f = tf.function(lambda v: model(v, training=False), jit_compile=jit)
-    times = []
-    for i in range(warmup + steps):
-        start = time.perf_counter()
-        f(x).numpy()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    return _median_rate(times, batch)
+    return batch / median_seconds(lambda: f(x).numpy(), steps, warmup)
 
 
 def _torch_model(config, image, classes=1000):
@@ -167,18 +173,16 @@ def train_torch(config, image, batch, steps, warmup, bf16):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (batch, 3, image, image)).astype("float32"))
     y = torch.arange(batch) % 1000
-    times = []
-    for i in range(warmup + steps):
-        start = time.perf_counter()
+
+    def step():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = torch.nn.functional.cross_entropy(model(pixel_values=x).logits.float(), y)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    return _median_rate(times, batch)
+
+    return batch / median_seconds(step, steps, warmup)
 
 
 def infer_torch(config, image, batch, steps, warmup, bf16=False):
@@ -186,14 +190,8 @@ def infer_torch(config, image, batch, steps, warmup, bf16=False):
 
     model = _torch_model(config, image).eval()
     x = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (batch, 3, image, image)).astype("float32"))
-    times = []
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        for i in range(warmup + steps):
-            start = time.perf_counter()
-            model(pixel_values=x)
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-    return _median_rate(times, batch)
+        return batch / median_seconds(lambda: model(pixel_values=x), steps, warmup)
 
 
 def _row(section, impl, model, precision, xla, batch, rate, flops, peaks, extra=""):
@@ -324,14 +322,9 @@ def _litert_runner(path, x, threads):
 
 
 def _latency_row(impl, name, batch, call, steps, warmup, flops, peaks):
-    times = []
-    for i in range(warmup + steps):
-        start = time.perf_counter()
-        call()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    row = _row("artifacts", impl, name, "float32", "n/a", batch, _median_rate(times, batch), flops, peaks)
-    row["latency_ms"] = 1000 * statistics.median(times)
+    seconds = median_seconds(call, steps, warmup)
+    row = _row("artifacts", impl, name, "float32", "n/a", batch, batch / seconds, flops, peaks)
+    row["latency_ms"] = 1000 * seconds
     return row
 
 

@@ -51,6 +51,8 @@ def main(argv=None):
     parser.add_argument("--images", type=int, default=6, help="held-out images shown in the rollout figure")
     parser.add_argument("--output-dir", default="figures")
     args = parser.parse_args(argv)
+    if args.images < 1:
+        parser.error(f"--images must be >= 1. Received: {args.images}")
 
     keras.utils.set_random_seed(0)
     model, size = _model(args, classes=10)

@@ -25,15 +25,20 @@ def staged(path, overwrite=False, directory=False):
     file or folder is removed and `path` is left as it was.
     """
     check_target(path, overwrite)
+    if not directory and os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a folder; give a file name (a folder is never replaced by a file)")
     parent = os.path.dirname(os.path.abspath(path)) or "."
-    os.makedirs(parent, exist_ok=True)
     base = os.path.basename(path.rstrip("/"))
-    if directory:
-        tmp = tempfile.mkdtemp(dir=parent, prefix=f".tmp-{base}-")
-        os.rmdir(tmp)  # writers want to create the folder themselves
-    else:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".tmp-", suffix=f"-{base}")  # keeps ".weights.h5"
-        os.close(fd)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        if directory:
+            tmp = tempfile.mkdtemp(dir=parent, prefix=f".tmp-{base}-")
+            os.rmdir(tmp)  # writers want to create the folder themselves
+        else:
+            fd, tmp = tempfile.mkstemp(dir=parent, prefix=".tmp-", suffix=f"-{base}")  # keeps ".weights.h5"
+            os.close(fd)
+    except OSError as e:
+        raise type(e)(e.errno, f"cannot write {path}: {e.strerror}") from None
     try:
         yield tmp
         _default_permissions(tmp)
@@ -59,6 +64,8 @@ def promote(tmp, path, overwrite=False):
     """Moves `tmp` to `path`, replacing an existing `path` only when `overwrite`."""
     check_target(path, overwrite)
     if os.path.isdir(path) and not os.path.islink(path):
+        if not os.path.isdir(tmp):
+            raise IsADirectoryError(f"{path} is a folder; give a file name (a folder is never replaced by a file)")
         shutil.rmtree(path)
     os.replace(tmp, path)
 

@@ -69,7 +69,7 @@ def get_strategy(name="default", devices=None, tpu=None):
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
-    except (ValueError, RuntimeError, tf.errors.OpError) as e:
+    except (ValueError, RuntimeError, OSError, tf.errors.OpError) as e:  # OSError: an unknown TPU name or address
         raise ValueError(f"strategy='tpu': no TPU could be reached ({type(e).__name__}: {str(e)[:200]})") from None
     return tf.distribute.TPUStrategy(resolver)
 
@@ -131,6 +131,8 @@ def shard(dataset):
     """
     import tensorflow as tf
 
+    if not isinstance(dataset, tf.data.Dataset):
+        raise TypeError(f"`dataset` must be a tf.data.Dataset. Received: {type(dataset).__name__}")
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     sharded = dataset.with_options(options)

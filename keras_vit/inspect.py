@@ -36,10 +36,10 @@ def _as_images(model, images):
     expected = tuple(model.input_shape[1:])
     if x.ndim == 3:
         x = x[None]
-    if x.ndim != 4 or tuple(x.shape[1:]) != expected:
+    if x.ndim != 4 or tuple(x.shape[1:]) != expected or len(x) == 0:
         raise ValueError(
-            f"`images` must have shape (batch, {', '.join(map(str, expected))}) (or one image without the batch "
-            f"axis), scaled to [-1, 1] like the model's input. Received shape {np.shape(images)}"
+            f"`images` must have shape (batch >= 1, {', '.join(map(str, expected))}) (or one image without the "
+            f"batch axis), scaled to [-1, 1] like the model's input. Received shape {np.shape(images)}"
         )
     return x
 
@@ -105,8 +105,9 @@ def rollout(attentions, residual=True):
     result = None
     for a in attentions:
         a = np.asarray(a, dtype="float64")
-        if a.ndim != 4 or a.shape[-1] != a.shape[-2]:
-            raise ValueError(f"Each attention array must be (batch, heads, seq, seq). Received shape {a.shape}")
+        if a.ndim != 4 or a.shape[-1] != a.shape[-2] or (result is not None and result.shape[-1] != a.shape[-1]):
+            raise ValueError("`attentions` must all be (batch, heads, seq, seq) with the same batch and seq. "
+                             f"Received shape {a.shape}")
         a = a.mean(axis=1)
         if residual:
             a = 0.5 * a + 0.5 * np.eye(a.shape[-1])
@@ -245,6 +246,7 @@ def embedding_filters(model, n=28):
 
 
 def _figure_to_png(fig, path, overwrite=True):
+    """Writes `fig` as PNG through a temporary file; never replaces a folder."""
     import matplotlib.pyplot as plt
 
     from keras_vit._files import staged
@@ -277,8 +279,16 @@ def plot_attention_rollout(images, maps, path, overwrite=True):
     Returns:
         `path`.
     """
-    plt = _pyplot()
     images = np.asarray(images, dtype="float32")
+    maps = np.asarray(maps, dtype="float32")
+    if images.ndim == 3 and maps.ndim == 2:  # one image
+        images, maps = images[None], maps[None]
+    if images.ndim != 4 or len(images) == 0 or maps.shape != images.shape[:3]:
+        raise ValueError(
+            "`images` must be (batch >= 1, height, width, channels) and `maps` (batch, height, width) to match. "
+            f"Received shapes {images.shape} and {maps.shape}"
+        )
+    plt = _pyplot()
     n = len(images)
     fig, axes = plt.subplots(2, n, figsize=(2 * n, 4), squeeze=False)
     for i in range(n):
@@ -301,8 +311,10 @@ def plot_mean_attention_distance(distances, path, image_size=None, overwrite=Tru
         path: destination `.png`.
         image_size: optional, sets the y-axis limit to the image side.
     """
-    plt = _pyplot()
     distances = np.asarray(distances)
+    if distances.ndim != 2 or 0 in distances.shape:
+        raise ValueError(f"`distances` must be (num_layers >= 1, num_heads >= 1). Received shape {distances.shape}")
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 4))
     for head in range(distances.shape[1]):
         ax.scatter(np.arange(distances.shape[0]), distances[:, head], s=12, label=f"head {head}")
@@ -316,6 +328,9 @@ def plot_mean_attention_distance(distances, path, image_size=None, overwrite=Tru
 
 def plot_position_embedding_similarity(similarity, path, overwrite=True):
     """Writes a PNG grid of each patch's position-embedding similarity map (the paper's Fig. 7 centre)."""
+    similarity = np.asarray(similarity)
+    if similarity.ndim != 4 or similarity.shape[:2] != similarity.shape[2:] or 0 in similarity.shape:
+        raise ValueError(f"`similarity` must be (rows, cols, rows, cols). Received shape {similarity.shape}")
     plt = _pyplot()
     rows, cols = similarity.shape[:2]
     fig, axes = plt.subplots(rows, cols, figsize=(cols * 0.8 + 1, rows * 0.8), squeeze=False)
@@ -330,8 +345,10 @@ def plot_position_embedding_similarity(similarity, path, overwrite=True):
 
 def plot_embedding_filters(filters, path, overwrite=True):
     """Writes a PNG of principal components of the patch filters (the paper's Fig. 7 left), each scaled to [0, 1]."""
-    plt = _pyplot()
     filters = np.asarray(filters, dtype="float32")
+    if filters.ndim != 4 or len(filters) == 0 or filters.shape[-1] not in (1, 3):
+        raise ValueError(f"`filters` must be (n >= 1, P, P, 1 or 3). Received shape {filters.shape}")
+    plt = _pyplot()
     n = len(filters)
     cols = min(n, 7)
     rows = -(-n // cols)

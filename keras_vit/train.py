@@ -82,8 +82,8 @@ def build_parser():
                    "(--batch-size is the global batch); see docs/scaling.md")
     t.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu")
     t.add_argument("--backup-dir", default=None,
-                   help="where a preempted run keeps its state to resume from (default: OUTPUT_DIR/backup; "
-                   "deleted when training ends)")
+                   help="where a preempted run keeps its state to resume from (default: OUTPUT_DIR/backup); the "
+                   "folder is deleted when training ends, so it must hold nothing else")
     t.add_argument("--backup-every", type=int, default=None,
                    help="back up every N steps instead of every epoch (a resumed run restarts its epoch)")
     t.add_argument("--no-xla", action="store_true", help="train without jit_compile")
@@ -181,6 +181,27 @@ def _check_output_dir(out):
 _ITERATORS_PER_EPOCH = 2  # keras/src/trainers/epoch_iterator.py: one at the end of an epoch, one at the start
 
 
+_BACKUP_FILES = {"latest.weights.h5", "training_metadata.json", "latest.weights.h5.bkp",
+                 "training_metadata.json.bkp"}
+
+
+def _check_backup_dir(backup_dir, out):
+    """Refuses a backup folder that holds anything else: BackupAndRestore deletes the whole folder at the end."""
+    backup, output = os.path.realpath(backup_dir), os.path.realpath(out)
+    if output == backup or output.startswith(backup + os.sep):
+        raise ValueError(f"--backup-dir {backup_dir!r} must not be or contain --output-dir (it is deleted when "
+                         "training ends)")
+    if os.path.lexists(backup_dir) and not os.path.isdir(backup_dir):
+        raise ValueError(f"--backup-dir {backup_dir!r} is a file; give a folder")
+    if os.path.isdir(backup_dir):
+        other = sorted(n for n in os.listdir(backup_dir) if n not in _BACKUP_FILES and not n.startswith("worker_"))
+        if other:
+            raise ValueError(
+                f"--backup-dir {backup_dir!r} holds other files ({', '.join(other[:3])}); the folder is deleted when "
+                "training ends, so give a new or empty folder"
+            )
+
+
 def _backed_up_epoch(backup_dir):
     """The epoch a `keras.callbacks.BackupAndRestore` backup in `backup_dir` resumes at (0 without one)."""
     try:
@@ -214,6 +235,9 @@ def run(args):
 
     if args.backup_every is not None and args.backup_every < 1:
         raise ValueError(f"--backup-every must be >= 1. Received: {args.backup_every}")
+    if args.tpu is not None and args.strategy != "tpu":
+        raise ValueError(f"--tpu applies to --strategy tpu only. Received: --strategy {args.strategy}")
+    _check_backup_dir(args.backup_dir or os.path.join(out, "backup"), out)
 
     import keras
 

@@ -55,6 +55,8 @@ def test_tpu_strategy_without_a_tpu_is_a_clear_error():
     result = _train("/tmp/unused-tpu-run", "--strategy", "tpu", "--epochs", "1", timeout=300)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "strategy='tpu': no TPU could be reached" in result.stderr
+    result = _train("/tmp/unused-tpu-run", "--strategy", "tpu", "--tpu", "no-such-tpu", "--epochs", "1", timeout=300)
+    assert result.returncode == 2 and "strategy='tpu': no TPU could be reached" in result.stderr, result.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -216,3 +218,18 @@ def test_cli_mirrored_without_gpus_runs_on_one_cpu_replica_with_xla(tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["strategy"] == "mirrored" and metrics["replicas"] == 1 and metrics["jit_compile"] is True
     assert not (tmp_path / "backup").exists()
+
+
+def test_backup_dir_that_holds_other_files_is_refused(tmp_path):
+    keep = tmp_path / "mydata"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("precious")
+    result = _train(tmp_path / "out", "--backup-dir", str(keep), "--epochs", "1")
+    assert result.returncode == 2 and "holds other files (notes.txt)" in result.stderr
+    result = _train(tmp_path / "out", "--backup-dir", str(tmp_path / "out"), "--epochs", "1")
+    assert result.returncode == 2 and "must not be or contain --output-dir" in result.stderr
+    result = _train(tmp_path / "out", "--tpu", "x", "--epochs", "1")
+    assert result.returncode == 2 and "--tpu applies to --strategy tpu only" in result.stderr
+    assert (keep / "notes.txt").read_text() == "precious"
+    with pytest.raises(TypeError, match="`dataset` must be a tf.data.Dataset. Received: list"):
+        distribute.shard([1, 2, 3])

@@ -84,7 +84,7 @@ def test_model_level_shapes_and_ranges(tiny):
     distances = vit_inspect.mean_attention_distance(tiny, _images(2))
     assert distances.shape == (2, 4)
     assert (distances > 0).all() and (distances < np.hypot(12, 12)).all()  # between patch centres of a 4x4 grid
-    with pytest.raises(ValueError, match=r"`images` must have shape \(batch, 16, 16, 3\)"):
+    with pytest.raises(ValueError, match=r"`images` must have shape \(batch >= 1, 16, 16, 3\)"):
         vit_inspect.attention_weights(tiny, np.zeros((2, 8, 8, 3)))
 
 
@@ -132,3 +132,28 @@ def test_plots_write_readable_pngs(tmp_path, tiny):
         image = matplotlib.image.imread(path)
         assert image.ndim == 3 and image.shape[0] > 50 and image.shape[1] > 50 and image.std() > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.png", "filters.png", "pe.png", "rollout.png"]
+
+
+def test_plots_refuse_bad_input_and_never_replace_a_folder(tmp_path, tiny):
+    folder = tmp_path / "keep"
+    folder.mkdir()
+    (folder / "important.txt").write_text("x")
+    x = _images(2)
+    heat = vit_inspect.attention_rollout(tiny, x)
+    with pytest.raises(IsADirectoryError, match="is a folder; give a file name"):
+        vit_inspect.plot_attention_rollout(x, heat, folder)
+    assert (folder / "important.txt").read_text() == "x"
+    with pytest.raises(ValueError, match=r"`maps` \(batch, height, width\) to match"):
+        vit_inspect.plot_attention_rollout(x, heat[:1], tmp_path / "a.png")
+    with pytest.raises(ValueError, match=r"`distances` must be \(num_layers >= 1, num_heads >= 1\)"):
+        vit_inspect.plot_mean_attention_distance(np.zeros(3), tmp_path / "b.png")
+    with pytest.raises(ValueError, match=r"`similarity` must be \(rows, cols, rows, cols\)"):
+        vit_inspect.plot_position_embedding_similarity(np.zeros((4, 4)), tmp_path / "c.png")
+    with pytest.raises(ValueError, match=r"`filters` must be \(n >= 1, P, P, 1 or 3\)"):
+        vit_inspect.plot_embedding_filters(np.zeros((5, 4, 4)), tmp_path / "d.png")
+    with pytest.raises(ValueError, match=r"`images` must have shape \(batch >= 1, 16, 16, 3\)"):
+        vit_inspect.attention_weights(tiny, np.zeros((0, 16, 16, 3)))
+    with pytest.raises(ValueError, match="same batch and seq"):
+        vit_inspect.rollout([np.ones((1, 2, 5, 5)) / 5, np.ones((1, 2, 4, 4)) / 4])
+    assert vit_inspect.plot_attention_rollout(x[0], heat[0], tmp_path / "one.png")  # one image works
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "one.png"]

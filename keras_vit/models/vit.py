@@ -179,6 +179,11 @@ def VisionTransformer(
     check_bool("approximate_gelu", approximate_gelu)
     weights_kind = _check_weights(weights)
     stride = 1
+    if resnet_num_layers is None and resnet_width_factor != 1:
+        raise ValueError(
+            "`resnet_width_factor` needs `resnet_num_layers` (a hybrid). "
+            f"Received: resnet_width_factor={resnet_width_factor!r}, resnet_num_layers=None"
+        )
     if resnet_num_layers is not None:
         if not isinstance(resnet_num_layers, (tuple, list)) or not resnet_num_layers or not all(
             is_int(n) and n >= 1 for n in resnet_num_layers
