@@ -88,6 +88,51 @@ def needs_cpu_collectives(strategy):
     return all("CPU" in d.upper() for d in devices)
 
 
+def cpu_only(strategy):
+    """True when every device `strategy` computes on is a CPU (no GPU, no TPU)."""
+    import tensorflow as tf
+
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return False
+    if strategy.num_replicas_in_sync > 1 or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return all("CPU" in d.upper() for d in strategy.extended.worker_devices)
+    return not tf.config.list_logical_devices("GPU")  # the default strategy runs on the first GPU if any
+
+
+def choose_xla(xla, strategy, precision):
+    """Decides whether to compile the train step with XLA, for `keras-vit-train --xla`.
+
+    Args:
+        xla: "auto", "on" or "off".
+        strategy: the `tf.distribute.Strategy` training runs under.
+        precision: the Keras dtype policy name ("float32", "mixed_bfloat16", "mixed_float16").
+
+    Returns:
+        (jit_compile, reason): a bool, and a sentence saying why XLA is off when "auto" turned it off (else None).
+        "auto" is on except (1) when the strategy all-reduces across CPU devices, which XLA cannot compile, and
+        (2) for mixed_bfloat16 on CPUs only: XLA:CPU's bfloat16 matrix products use no bfloat16 hardware (AMX,
+        AVX512-BF16) while TensorFlow's oneDNN kernels do, so ViT-B/16 trains 1.7x faster without XLA on such a
+        CPU (benchmarks/README.md).
+
+    Raises:
+        ValueError: `xla` is not one of the three, or "on" under a strategy that needs CPU collectives.
+    """
+    if xla not in ("auto", "on", "off"):
+        raise ValueError(f"`xla` must be 'auto', 'on' or 'off'. Received: xla={xla!r}")
+    if xla == "off":
+        return False, None
+    if needs_cpu_collectives(strategy):
+        if xla == "on":
+            raise ValueError("--xla on: TensorFlow cannot compile cross-replica collectives for CPU devices with XLA "
+                             "(use GPUs or TPUs for XLA, or --xla auto/off)")
+        return False, ("training without XLA: TensorFlow cannot compile cross-replica collectives for CPU devices "
+                       "(use GPUs or TPUs for XLA)")
+    if xla == "auto" and precision == "mixed_bfloat16" and cpu_only(strategy):
+        return False, ("mixed_bfloat16 on CPU: training without XLA, whose CPU bfloat16 kernels are slower than "
+                       "TensorFlow's oneDNN ones (--xla on to force it)")
+    return True, None
+
+
 def cluster_spec():
     """Returns the parsed `TF_CONFIG` dict, or None when it is not set.
 

@@ -86,7 +86,10 @@ def build_parser():
                    "folder is deleted when training ends, so it must hold nothing else")
     t.add_argument("--backup-every", type=int, default=None,
                    help="back up every N steps instead of every epoch (a resumed run restarts its epoch)")
-    t.add_argument("--no-xla", action="store_true", help="train without jit_compile")
+    t.add_argument("--xla", choices=["auto", "on", "off"], default="auto",
+                   help="compile the train step with XLA (jit_compile). auto: on, except for mixed_bfloat16 on "
+                   "CPUs and for several CPU replicas, where it is slower or cannot compile")
+    t.add_argument("--no-xla", dest="xla", action="store_const", const="off", help="the same as --xla off")
     t.add_argument("--seed", type=int, default=0)
 
     o = p.add_argument_group("output")
@@ -246,11 +249,9 @@ def run(args):
 
     strategy = distribute.get_strategy(args.strategy, tpu=args.tpu)
     chief = distribute.is_chief()
-    jit_compile = not args.no_xla
-    if jit_compile and distribute.needs_cpu_collectives(strategy):
-        print(f"{args.strategy}: training without XLA: TensorFlow cannot compile cross-replica collectives for "
-              "CPU devices (use GPUs or TPUs for XLA)", file=sys.stderr)
-        jit_compile = False
+    jit_compile, why = distribute.choose_xla(args.xla, strategy, args.precision)
+    if why:
+        print(f"{args.strategy}: {why}", file=sys.stderr)
     keras.utils.set_random_seed(args.seed)
     keras.mixed_precision.set_global_policy(args.precision)
     train, val = _load_data(args, image_size, args.batch_size)

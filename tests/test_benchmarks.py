@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from benchmarks.run import headline, vit_flops
+from benchmarks.run import best_settings, headline, vit_flops
 
 
 def test_flop_count_matches_published_macs():
@@ -28,6 +28,11 @@ def test_headline_ratio_uses_the_best_peer_of_the_same_configuration():
     ]
     (h,) = headline(rows)
     assert h["best_peer"] == "torch" and h["ratio"] == pytest.approx(0.8)
+    rows.append({"section": "train", "implementation": "keras_vit", "model": "Ti16", "precision": "float32",
+                 "xla": "off", "batch": 8, "images_per_s": 11.0})
+    (b,) = best_settings(rows)  # each side's fastest setting: keras_vit XLA off, keras-hub XLA off
+    assert (b["keras_vit_xla"], b["best_peer"], b["best_peer_xla"]) == ("off", "keras-hub", "off")
+    assert b["ratio"] == pytest.approx(11.0 / 99.0)
 
 
 @pytest.mark.slow
@@ -42,5 +47,5 @@ def test_quick_run_reports_every_row(tmp_path):
     assert impls == {"keras_vit", "keras-hub", "HF transformers (PyTorch)"}
     assert len([r for r in data["rows"] if r["section"] == "train"]) == 10  # 2 precisions x (2 x 2 Keras + torch)
     assert all(r["images_per_s"] > 0 and 0 < r["fraction_of_peak"] < 1.5 for r in data["rows"])
-    assert data["peaks"]["float32"] > 0 and data["headline"]
+    assert data["peaks"]["float32"] > 0 and data["headline"] and data["best_settings"]
     assert "| keras_vit | tiny |" in (tmp_path / "latest.md").read_text()

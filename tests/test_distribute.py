@@ -233,3 +233,28 @@ def test_backup_dir_that_holds_other_files_is_refused(tmp_path):
     assert (keep / "notes.txt").read_text() == "precious"
     with pytest.raises(TypeError, match="`dataset` must be a tf.data.Dataset. Received: list"):
         distribute.shard([1, 2, 3])
+
+
+def test_choose_xla_auto_turns_xla_off_only_where_it_is_slower_or_cannot_compile():
+    import tensorflow as tf
+
+    strategy = tf.distribute.get_strategy()  # one CPU here
+    assert distribute.cpu_only(strategy) is True
+    assert distribute.choose_xla("auto", strategy, "float32") == (True, None)
+    assert distribute.choose_xla("auto", strategy, "mixed_float16") == (True, None)
+    jit, why = distribute.choose_xla("auto", strategy, "mixed_bfloat16")
+    assert jit is False and "mixed_bfloat16 on CPU" in why and "--xla on" in why
+    assert distribute.choose_xla("on", strategy, "mixed_bfloat16") == (True, None)
+    assert distribute.choose_xla("off", strategy, "float32") == (False, None)
+    with pytest.raises(ValueError, match=r"`xla` must be 'auto', 'on' or 'off'. Received: xla=True"):
+        distribute.choose_xla(True, strategy, "float32")
+
+
+def test_cli_mixed_bfloat16_on_cpu_trains_without_xla_unless_forced(tmp_path):
+    result = _train(tmp_path / "auto", "--precision", "mixed_bfloat16", "--epochs", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "mixed_bfloat16 on CPU: training without XLA" in result.stderr
+    assert json.loads((tmp_path / "auto" / "metrics.json").read_text())["jit_compile"] is False
+    result = _train(tmp_path / "on", "--precision", "mixed_bfloat16", "--epochs", "1", "--xla", "on")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "on" / "metrics.json").read_text())["jit_compile"] is True
