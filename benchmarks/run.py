@@ -110,24 +110,35 @@ class _StepTimer:
         self.callback = Timer()
 
 
-def _keras_models(name, config, image, classes=1000):
+def _keras_models(name, config, image, classes=1000, only=None):
+    """{"keras_vit": model, "keras-hub": model} of the same configuration (float32 logits); `only`: just that one."""
     import keras
 
     import keras_vit
 
     hidden, layers, heads, mlp, patch = config
+    if only == "keras-hub":
+        return {"keras-hub": _keras_hub_model(name, config, image, classes)}
     ours = keras_vit.VisionTransformer(patch_size=patch, hidden_size=hidden, num_layers=layers, num_heads=heads,
                                        mlp_dim=mlp, input_shape=(image, image, 3), classes=classes,
                                        classifier_activation=None, name=f"keras_vit_{name}")
+    if only == "keras_vit":
+        return {"keras_vit": ours}
+    return {"keras_vit": ours, "keras-hub": _keras_hub_model(name, config, image, classes)}
+
+
+def _keras_hub_model(name, config, image, classes):
+    import keras
     from keras_hub.models import ViTBackbone
+
+    hidden, layers, heads, mlp, patch = config
 
     inputs = keras.Input((image, image, 3))
     backbone = ViTBackbone(image_shape=(image, image, 3), patch_size=patch, num_layers=layers, num_heads=heads,
                            hidden_dim=hidden, mlp_dim=mlp)
     tokens = backbone(inputs)
     logits = keras.layers.Dense(classes, dtype="float32")(tokens[:, 0])
-    peer = keras.Model(inputs, logits, name=f"keras_hub_{name}")
-    return {"keras_vit": ours, "keras-hub": peer}
+    return keras.Model(inputs, logits, name=f"keras_hub_{name}")
 
 
 def train_keras(model, batch, steps, warmup, jit):
@@ -204,61 +215,100 @@ def _row(section, impl, model, precision, xla, batch, rate, flops, peaks, extra=
     }
 
 
-def bench_train(models, image, batch, steps, warmup, peaks, quick):
+def train_row(name, config, image, batch, steps, warmup, peaks, impl, precision, jit):
+    """One training figure: `impl` ("keras_vit", "keras-hub" or "torch") in `precision`, XLA `jit` (Keras only)."""
     import keras
 
-    rows = []
-    for name, config in models.items():
-        hidden, layers, heads, mlp, patch = config
-        flops = 3 * vit_flops(hidden, layers, mlp, patch, image)
-        for precision in ("float32", "mixed_bfloat16"):
-            for jit in (True, False):
-                keras.mixed_precision.set_global_policy(precision)
-                for impl in ("keras_vit", "keras-hub"):
-                    model = _keras_models(name, config, image)[impl]
-                    rate = train_keras(model, batch, steps, warmup, jit)
-                    rows.append(_row("train", impl, name, precision, "on" if jit else "off", batch, rate, flops, peaks))
-                    print(_one_line(rows[-1]), flush=True)
-                    del model
-                    _free()  # a B/16 with its AdamW state is ~1.4 GB: keeping every model ran out of 24 GB
-                keras.mixed_precision.set_global_policy("float32")
-            rate = train_torch(config, image, batch, steps, warmup, bf16=precision != "float32")
-            rows.append(_row("train", "HF transformers (PyTorch)", name, precision, "n/a", batch, rate, flops, peaks,
-                             "eager" + (", autocast bfloat16" if precision != "float32" else "")))
-            print(_one_line(rows[-1]), flush=True)
-    return rows
-
-
-def _free():
-    import gc
-
-    import keras
-
-    keras.backend.clear_session()
-    gc.collect()
-
-
-def bench_infer(models, image, batches, steps, warmup, peaks):
-    import keras
-
-    rows = []
-    for name, config in models.items():
-        hidden, layers, heads, mlp, patch = config
-        flops = vit_flops(hidden, layers, mlp, patch, image)
+    hidden, layers, heads, mlp, patch = config
+    flops = 3 * vit_flops(hidden, layers, mlp, patch, image)
+    if impl == "torch":
+        rate = train_torch(config, image, batch, steps, warmup, bf16=precision != "float32")
+        return _row("train", "HF transformers (PyTorch)", name, precision, "n/a", batch, rate, flops, peaks,
+                    "eager" + (", autocast bfloat16" if precision != "float32" else ""))
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        model = _keras_models(name, config, image, only=impl)[impl]
+        rate = train_keras(model, batch, steps, warmup, jit)
+    finally:
         keras.mixed_precision.set_global_policy("float32")
-        built = _keras_models(name, config, image)
-        for batch in batches:
-            for impl, model in built.items():
-                rate = infer_keras(model, batch, steps, warmup)
-                rows.append(_row("infer", impl, name, "float32", "on", batch, rate, flops, peaks))
-                print(_one_line(rows[-1]), flush=True)
-            rate = infer_torch(config, image, batch, steps, warmup)
-            rows.append(_row("infer", "HF transformers (PyTorch)", name, "float32", "n/a", batch, rate, flops, peaks,
-                             "eager, inference_mode"))
-            print(_one_line(rows[-1]), flush=True)
-        del built
-        _free()
+    return _row("train", impl, name, precision, "on" if jit else "off", batch, rate, flops, peaks)
+
+
+def infer_rows(name, config, image, batches, steps, warmup, peaks):
+    """Inference figures of the three implementations (float32, Keras with XLA) at each batch size."""
+    import keras
+
+    hidden, layers, heads, mlp, patch = config
+    flops = vit_flops(hidden, layers, mlp, patch, image)
+    keras.mixed_precision.set_global_policy("float32")
+    built = _keras_models(name, config, image)
+    rows = []
+    for batch in batches:
+        for impl, model in built.items():
+            rate = infer_keras(model, batch, steps, warmup)
+            rows.append(_row("infer", impl, name, "float32", "on", batch, rate, flops, peaks))
+        rate = infer_torch(config, image, batch, steps, warmup)
+        rows.append(_row("infer", "HF transformers (PyTorch)", name, "float32", "n/a", batch, rate, flops, peaks,
+                         "eager, inference_mode"))
     return rows
+
+
+def jobs(models, sections):
+    """The figures to measure, one job per process: memory a framework keeps after a model (XLA executables,
+    allocator caches) is returned to the system when the process ends; in one process a full run outgrew
+    24 GB during B/16."""
+    out = []
+    for name in models:
+        if "train" in sections:
+            for precision in ("float32", "mixed_bfloat16"):
+                for jit in (True, False):
+                    for impl in ("keras_vit", "keras-hub"):
+                        out.append({"kind": "train", "model": name, "impl": impl, "precision": precision, "jit": jit})
+                out.append({"kind": "train", "model": name, "impl": "torch", "precision": precision, "jit": None})
+        if "infer" in sections:
+            out.append({"kind": "infer", "model": name})
+    if "artifacts" in sections:
+        out.append({"kind": "artifacts", "model": next(iter(models))})
+    return out
+
+
+def run_job(job, models, image, batch, steps, warmup, peaks):
+    """Measures one job of `jobs` in this process; returns its rows."""
+    name = job["model"]
+    config = models[name]
+    if job["kind"] == "train":
+        return [train_row(name, config, image, batch, steps, warmup, peaks, job["impl"], job["precision"],
+                          job["jit"])]
+    if job["kind"] == "infer":
+        return infer_rows(name, config, image, (1, 8), steps, warmup, peaks)
+    return bench_artifacts(name, config, image, (1, 8), steps, warmup, peaks)
+
+
+def run_isolated(job, settings):
+    """Runs `job` in a child Python process; returns its rows, or [] (with a message) when the child failed."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rows.json")
+        cmd = [sys.executable, "-m", "benchmarks.run", "--job", json.dumps({**settings, "job": job, "out": out})]
+        proc = subprocess.run(cmd, cwd=os.path.dirname(HERE))
+        if proc.returncode != 0 or not os.path.exists(out):
+            print(f"  job {job} failed (exit status {proc.returncode}); its figures are missing", flush=True)
+            return []
+        with open(out) as f:
+            rows = json.load(f)
+    for row in rows:
+        print(_one_line(row), flush=True)
+    return rows
+
+
+def _child(spec):
+    """The child side of `run_isolated`: measure, write the rows as JSON."""
+    rows = run_job(spec["job"], {k: tuple(v) for k, v in spec["models"].items()}, spec["image"], spec["batch"],
+                   spec["steps"], spec["warmup"], spec["peaks"])
+    with open(spec["out"], "w") as f:
+        json.dump(rows, f)
+    return True
 
 
 def bench_artifacts(name, config, image, batches, steps, warmup, peaks):
@@ -296,8 +346,6 @@ def bench_artifacts(name, config, image, batches, steps, warmup, peaks):
             feed = {session.get_inputs()[0].name: x}
             rows.append(_latency_row("ONNX Runtime", name, batch, lambda: session.run(None, feed), steps, warmup,
                                      flops, peaks))
-            for row in rows[-8:]:
-                print(_one_line(row), flush=True)
     return rows
 
 
@@ -434,8 +482,11 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="a tiny model at 32 px, 1 timed step: a smoke run")
     parser.add_argument("--output-dir", default=os.path.join(HERE, "results"))
     parser.add_argument("--update-readme", action="store_true", help="put the tables into benchmarks/README.md")
+    parser.add_argument("--job", help=argparse.SUPPRESS)  # internal: run one job (see run_isolated)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.job:
+        return _child(json.loads(args.job))
     if args.quick:
         models, image, steps, warmup = QUICK, 32, 1, 1
     else:
@@ -445,19 +496,19 @@ def main(argv=None):
         models = {m: SIZES[m] for m in args.models.split(",")}
         image, steps, warmup = args.image_size, args.steps, args.warmup
     sections = args.sections.split(",")
+    unknown = [x for x in sections if x not in ("train", "infer", "artifacts")]
+    if unknown:
+        parser.error(f"--sections: unknown {', '.join(unknown)} (choose from train, infer, artifacts)")
     measured = {dtype: matmul_peak(dtype) for dtype in ("float32", "bfloat16")}
     peaks = {dtype: value for dtype, (value, _) in measured.items()}
     peak_sources = {dtype: source for dtype, (_, source) in measured.items()}
     print(f"matmul peak: float32 {peaks['float32']:.0f} GFLOP/s ({peak_sources['float32']}), "
           f"bfloat16 {peaks['bfloat16']:.0f} GFLOP/s ({peak_sources['bfloat16']})", flush=True)
+    settings = {"models": models, "image": image, "batch": args.train_batch if not args.quick else 4,
+                "steps": steps, "warmup": warmup, "peaks": peaks}
     rows = []
-    if "train" in sections:
-        rows += bench_train(models, image, args.train_batch if not args.quick else 4, steps, warmup, peaks, args.quick)
-    if "infer" in sections:
-        rows += bench_infer(models, image, (1, 8), steps, warmup, peaks)
-    if "artifacts" in sections:
-        first = next(iter(models))
-        rows += bench_artifacts(first, models[first], image, (1, 8), steps, warmup, peaks)
+    for job in jobs(models, sections):
+        rows += run_isolated(job, settings)
     import keras
     import tensorflow as tf
     import torch

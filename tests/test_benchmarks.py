@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from benchmarks.run import best_settings, headline, vit_flops
@@ -49,3 +50,20 @@ def test_quick_run_reports_every_row(tmp_path):
     assert all(r["images_per_s"] > 0 and 0 < r["fraction_of_peak"] < 1.5 for r in data["rows"])
     assert data["peaks"]["float32"] > 0 and data["headline"] and data["best_settings"]
     assert "| keras_vit | tiny |" in (tmp_path / "latest.md").read_text()
+
+
+def test_matmul_profile_times_the_block_shapes_and_all_engines_compute_the_same_product():
+    from benchmarks.profile_matmul import WIDTHS, _engines, markdown, profile, shapes
+
+    cases = shapes(WIDTHS, (1, 8))
+    assert ("B16 b8 mlp_1", 8 * 197, 768, 3072) in cases and ("Ti16 b1 qkv", 197, 192, 576) in cases
+    assert len(cases) == 3 * 2 * 3
+    outs = {name: np.asarray(run()) for name, run in _engines(40, 24, 56, chain=4).items()}
+    assert set(outs) == {"TensorFlow+XLA", "TensorFlow (oneDNN)", "PyTorch"}
+    for out in outs.values():
+        assert out.shape == (40, 24)
+        assert 0.1 < np.abs(out).mean() < 10  # the chain keeps the scale: a real product, not underflow
+        np.testing.assert_allclose(out, outs["PyTorch"], rtol=1e-4, atol=1e-5)
+    results = profile([("tiny", 40, 24, 56)], chain=2, rounds=2)
+    assert all(rate > 0 for rate in results[0][4].values())
+    assert markdown(results).splitlines()[2].startswith("| tiny | 40 x 24 x 56 |")
