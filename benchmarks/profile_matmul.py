@@ -1,6 +1,7 @@
 """How fast each engine multiplies the matrices a ViT encoder block is made of.
 
     .venv/bin/python -m benchmarks.profile_matmul            # Ti/16, S/16, B/16 at 224 px
+    .venv/bin/python -m benchmarks.profile_matmul --dtype bfloat16
     .venv/bin/python -m benchmarks.profile_matmul --quick    # a smoke run
 
 A ViT block is four dense products per token (query/key/value, attention output, the MLP's two
@@ -35,8 +36,9 @@ def shapes(widths, batches, tokens=TOKENS):
     return out
 
 
-def _engines(m, k, n, chain):
-    """{engine: callable} each computing `chain` dependent products x @ A @ B (A: k x n, B: n x k)."""
+def _engines(m, k, n, chain, dtype="float32"):
+    """{engine: callable} each computing `chain` dependent products x @ A @ B (A: k x n, B: n x k) in `dtype`
+    ("float32" or "bfloat16"); each returns the result as a float32 NumPy array."""
     import tensorflow as tf
     import torch
 
@@ -50,10 +52,10 @@ def _engines(m, k, n, chain):
             x = tf.matmul(tf.matmul(x, a), b)
         return x
 
-    tx, ta, tb = (tf.constant(v) for v in (x, a, b))
+    tx, ta, tb = (tf.cast(tf.constant(v), dtype) for v in (x, a, b))
     xla = tf.function(tf_chain, jit_compile=True)
     plain = tf.function(tf_chain, jit_compile=False)
-    px, pa, pb = (torch.from_numpy(v) for v in (x, a, b))
+    px, pa, pb = (torch.from_numpy(v).to(getattr(torch, dtype)) for v in (x, a, b))
 
     def torch_chain():
         y = px
@@ -61,18 +63,19 @@ def _engines(m, k, n, chain):
             y = (y @ pa) @ pb
         return y
 
-    return {"TensorFlow+XLA": lambda: xla(tx, ta, tb).numpy(), "TensorFlow (oneDNN)": lambda: plain(tx, ta, tb).numpy(),
-            "PyTorch": torch_chain}
+    return {"TensorFlow+XLA": lambda: tf.cast(xla(tx, ta, tb), "float32").numpy(),
+            "TensorFlow (oneDNN)": lambda: tf.cast(plain(tx, ta, tb), "float32").numpy(),
+            "PyTorch": lambda: torch_chain().float().numpy()}
 
 
-def profile(cases, chain, rounds):
+def profile(cases, chain, rounds, dtype="float32"):
     """Returns [(label, M, K, N, {engine: GFLOP/s})]; the FLOPs of a chain count both directions' products."""
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
     results = []
     for label, m, k, n in cases:
-        engines = _engines(m, k, n, chain)
+        engines = _engines(m, k, n, chain, dtype)
         for run in engines.values():  # compile and warm up
             run(), run()
         times = {name: [] for name in engines}
@@ -101,6 +104,7 @@ def main(argv=None):
     parser.add_argument("--models", default="Ti16,S16,B16", help=f"comma list of {', '.join(WIDTHS)}")
     parser.add_argument("--chain", type=int, default=20, help="products per timed call (even, >= 2)")
     parser.add_argument("--rounds", type=int, default=7, help="timed calls per engine (median)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--quick", action="store_true", help="one small shape, few rounds: a smoke run")
     args = parser.parse_args(argv)
     if args.chain < 2 or args.chain % 2:
@@ -116,7 +120,7 @@ def main(argv=None):
     else:
         cases = shapes({m: WIDTHS[m] for m in args.models.split(",")}, (1, 8))
         chain, rounds = args.chain, args.rounds
-    results = profile(cases, chain, rounds)
+    results = profile(cases, chain, rounds, args.dtype)
     print(markdown(results))
     return results
 

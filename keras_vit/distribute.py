@@ -111,8 +111,8 @@ def choose_xla(xla, strategy, precision):
         (jit_compile, reason): a bool, and a sentence saying why XLA is off when "auto" turned it off (else None).
         "auto" is on except (1) when the strategy all-reduces across CPU devices, which XLA cannot compile, and
         (2) for mixed_bfloat16 on CPUs only: XLA:CPU's bfloat16 matrix products use no bfloat16 hardware (AMX,
-        AVX512-BF16) while TensorFlow's oneDNN kernels do, so ViT-B/16 trains 1.7x faster without XLA on such a
-        CPU (benchmarks/README.md).
+        AVX512-BF16) while TensorFlow's oneDNN kernels do, so ViT-B/16 trains 1.7-1.9x faster without XLA on
+        such a CPU (benchmarks/README.md).
 
     Raises:
         ValueError: `xla` is not one of the three, or "on" under a strategy that needs CPU collectives.

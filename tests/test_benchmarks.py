@@ -64,6 +64,22 @@ def test_matmul_profile_times_the_block_shapes_and_all_engines_compute_the_same_
         assert out.shape == (40, 24)
         assert 0.1 < np.abs(out).mean() < 10  # the chain keeps the scale: a real product, not underflow
         np.testing.assert_allclose(out, outs["PyTorch"], rtol=1e-4, atol=1e-5)
+    bf16 = {name: np.asarray(run()) for name, run in _engines(40, 24, 56, chain=2, dtype="bfloat16").items()}
+    for out in bf16.values():  # bfloat16 keeps 8 bits of mantissa
+        np.testing.assert_allclose(out, _engines(40, 24, 56, chain=2)["PyTorch"](), rtol=0.05, atol=0.05)
     results = profile([("tiny", 40, 24, 56)], chain=2, rounds=2)
     assert all(rate > 0 for rate in results[0][4].values())
     assert markdown(results).splitlines()[2].startswith("| tiny | 40 x 24 x 56 |")
+
+
+def test_every_figure_gets_its_own_process_and_a_failed_one_is_reported_not_fatal(capsys):
+    from benchmarks.run import SIZES, jobs, run_isolated
+
+    listed = jobs({"Ti16": SIZES["Ti16"], "B16": SIZES["B16"]}, ["train", "infer", "artifacts"])
+    train = [j for j in listed if j["kind"] == "train"]
+    assert len(train) == 2 * 2 * (2 * 2 + 1)  # models x precisions x (XLA on/off x 2 Keras + PyTorch)
+    assert [j["model"] for j in listed if j["kind"] != "train"] == ["Ti16", "B16", "Ti16"]  # infer x2, artifacts
+    settings = {"models": {"Ti16": SIZES["Ti16"]}, "image": 32, "batch": 1, "steps": 1, "warmup": 0,
+                "peaks": {"float32": 1.0, "bfloat16": 1.0}}
+    assert run_isolated({"kind": "infer", "model": "unknown"}, settings) == []
+    assert "its figures are missing" in capsys.readouterr().out
