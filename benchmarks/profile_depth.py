@@ -8,6 +8,7 @@ fixed part is everything outside the encoder (patch embedding, head, dispatch, r
 overhead); the per-block part is the attention and MLP compute. Prints a Markdown table.
 """
 
+import argparse
 import sys
 
 import numpy as np
@@ -21,7 +22,8 @@ def _time(call, steps=30, warmup=5):
     return 1000 * median_seconds(call, steps, warmup)
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)  # --help; no options
     import tensorflow as tf
     import torch
 

@@ -2,7 +2,10 @@
 
     make bench                                   # everything (tens of minutes on 2 cores)
     .venv/bin/python -m benchmarks.run --models Ti16 --sections train
-    .venv/bin/python -m benchmarks.run --quick   # a tiny model, a few seconds: checks that it all runs
+    .venv/bin/python -m benchmarks.run --quick   # a tiny model, a few minutes: checks that it all runs
+
+Partial and --quick runs write to runs/bench/ (not the committed benchmarks/results/); a run in which
+a figure failed writes incomplete.json/.md and exits 1.
 
 Prints Markdown tables, writes `benchmarks/results/latest.json` and `latest.md`, and with
 `--update-readme` puts the tables into `benchmarks/README.md`. Times are medians over timed steps
@@ -473,42 +476,72 @@ def markdown(result):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="Ti16,S16,B16", help="comma list of Ti16, S16, B16")
-    parser.add_argument("--sections", default="train,infer,artifacts")
-    parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--train-batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per figure")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (XLA compiles here)")
-    parser.add_argument("--quick", action="store_true", help="a tiny model at 32 px, 1 timed step: a smoke run")
-    parser.add_argument("--output-dir", default=os.path.join(HERE, "results"))
-    parser.add_argument("--update-readme", action="store_true", help="put the tables into benchmarks/README.md")
+    parser.add_argument("--models", default=None, help="comma list of Ti16, S16, B16 (default: all)")
+    parser.add_argument("--sections", default=None, help="comma list of train, infer, artifacts (default: all)")
+    parser.add_argument("--image-size", type=int, default=None, help="pixels, a multiple of 16 (default 224)")
+    parser.add_argument("--train-batch", type=int, default=None, help="training batch (default 8)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per figure (default 3)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed steps first, >= 1: XLA compiles here (default 2)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a tiny model at 32 px, 1 timed step: a smoke run of a few minutes")
+    parser.add_argument("--output-dir", default=None,
+                        help="default: benchmarks/results for a full run, runs/bench for a partial or --quick one")
+    parser.add_argument("--update-readme", action="store_true",
+                        help="put the tables into benchmarks/README.md (full runs only)")
     parser.add_argument("--job", help=argparse.SUPPRESS)  # internal: run one job (see run_isolated)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.job:
         return _child(json.loads(args.job))
+    tuning = {"--models": args.models, "--image-size": args.image_size, "--steps": args.steps,
+              "--warmup": args.warmup, "--train-batch": args.train_batch}
     if args.quick:
-        models, image, steps, warmup = QUICK, 32, 1, 1
+        given = [flag for flag, value in tuning.items() if value is not None]
+        if given:
+            parser.error(f"--quick sets its own model, size and steps; drop {', '.join(given)}")
+        models, image, steps, warmup, batch = QUICK, 32, 1, 1, 4
     else:
-        unknown = [m for m in args.models.split(",") if m not in SIZES]
+        names = (args.models or ",".join(SIZES)).split(",")
+        unknown = [m for m in names if m not in SIZES]
         if unknown:
             parser.error(f"--models: unknown {', '.join(unknown)} (choose from {', '.join(SIZES)})")
-        models = {m: SIZES[m] for m in args.models.split(",")}
-        image, steps, warmup = args.image_size, args.steps, args.warmup
-    sections = args.sections.split(",")
+        models = {m: SIZES[m] for m in names}
+        image = 224 if args.image_size is None else args.image_size
+        steps = 3 if args.steps is None else args.steps
+        warmup = 2 if args.warmup is None else args.warmup
+        batch = 8 if args.train_batch is None else args.train_batch
+        for flag, value, low in (("--steps", steps, 1), ("--warmup", warmup, 1), ("--train-batch", batch, 1)):
+            if value < low:
+                parser.error(f"{flag} must be >= {low}. Received: {value}")
+        if image < 16 or image % 16:
+            parser.error(f"--image-size must be a multiple of 16 (the patch size), at least 16. Received: {image}")
+    sections = (args.sections or "train,infer,artifacts").split(",")
     unknown = [x for x in sections if x not in ("train", "infer", "artifacts")]
     if unknown:
         parser.error(f"--sections: unknown {', '.join(unknown)} (choose from train, infer, artifacts)")
+    full = not args.quick and all(value is None for value in tuning.values()) and args.sections is None
+    readme = os.path.join(HERE, "README.md")
+    if args.update_readme:
+        if not full:
+            parser.error("--update-readme needs a full run (no --quick, --models, --sections or other settings): "
+                         "the README's tables and text describe one")
+        text = open(readme).read()
+        if "<!-- results:begin -->" not in text or "<!-- results:end -->" not in text:
+            parser.error(f"--update-readme: {readme} lacks the <!-- results:begin --> / <!-- results:end --> markers")
+    output_dir = args.output_dir or (os.path.join(HERE, "results") if full else
+                                     os.path.join(os.path.dirname(HERE), "runs", "bench"))
     measured = {dtype: matmul_peak(dtype) for dtype in ("float32", "bfloat16")}
     peaks = {dtype: value for dtype, (value, _) in measured.items()}
     peak_sources = {dtype: source for dtype, (_, source) in measured.items()}
     print(f"matmul peak: float32 {peaks['float32']:.0f} GFLOP/s ({peak_sources['float32']}), "
           f"bfloat16 {peaks['bfloat16']:.0f} GFLOP/s ({peak_sources['bfloat16']})", flush=True)
-    settings = {"models": models, "image": image, "batch": args.train_batch if not args.quick else 4,
-                "steps": steps, "warmup": warmup, "peaks": peaks}
-    rows = []
+    settings = {"models": models, "image": image, "batch": batch, "steps": steps, "warmup": warmup, "peaks": peaks}
+    rows, failed = [], 0
     for job in jobs(models, sections):
-        rows += run_isolated(job, settings)
+        got = run_isolated(job, settings)
+        rows += got
+        failed += not got
     import keras
     import tensorflow as tf
     import torch
@@ -516,6 +549,7 @@ def main(argv=None):
     result = {
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}, "
                    f"TensorFlow {tf.__version__}, Keras {keras.__version__}, PyTorch {torch.__version__}",
+        "quick": args.quick, "models": list(models), "sections": sections, "failed_jobs": failed,
         "image_size": image, "steps": steps, "warmup": warmup, "peaks": peaks, "peak_sources": peak_sources,
         "rows": rows,
         "headline": headline(rows),
@@ -524,18 +558,22 @@ def main(argv=None):
     table = markdown(result)
     print()
     print(table)
-    os.makedirs(args.output_dir, exist_ok=True)
-    with open(os.path.join(args.output_dir, "latest.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    with open(os.path.join(args.output_dir, "latest.md"), "w") as f:
-        f.write(table + "\n")
+    from keras_vit._files import staged
+
+    stem = "latest" if not failed else "incomplete"  # a run with missing figures never replaces the last good one
+    for suffix, text in ((".json", json.dumps(result, indent=1)), (".md", table + "\n")):
+        with staged(os.path.join(output_dir, stem + suffix), overwrite=True) as tmp, open(tmp, "w") as f:
+            f.write(text)
+    print(f"\nwritten: {os.path.join(output_dir, stem)}.json and .md", flush=True)
+    if failed:
+        print(f"{failed} job(s) failed (above); benchmarks/README.md left as it was", file=sys.stderr)
+        return None
     if args.update_readme:
-        path = os.path.join(HERE, "README.md")
-        text = open(path).read()
+        text = open(readme).read()
         begin, end = "<!-- results:begin -->", "<!-- results:end -->"
         head, rest = text.split(begin, 1)
         tail = rest.split(end, 1)[1]
-        with open(path, "w") as f:
+        with staged(readme, overwrite=True) as tmp, open(tmp, "w") as f:
             f.write(f"{head}{begin}\n{table}\n{end}{tail}")
     return result
 

@@ -251,7 +251,7 @@ def run(args):
     chief = distribute.is_chief()
     jit_compile, why = distribute.choose_xla(args.xla, strategy, args.precision)
     if why:
-        print(f"{args.strategy}: {why}", file=sys.stderr)
+        print(f"--xla {args.xla}: {why}", file=sys.stderr)
     keras.utils.set_random_seed(args.seed)
     keras.mixed_precision.set_global_policy(args.precision)
     train, val = _load_data(args, image_size, args.batch_size)
@@ -322,6 +322,7 @@ def run(args):
         "epochs": args.epochs,
         "parameters": int(model.count_params()),
         "precision": args.precision,
+        "xla": args.xla,
         "jit_compile": bool(model.jit_compile),
         "strategy": args.strategy,
         "replicas": int(strategy.num_replicas_in_sync),

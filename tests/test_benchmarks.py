@@ -49,6 +49,7 @@ def test_quick_run_reports_every_row(tmp_path):
     assert len([r for r in data["rows"] if r["section"] == "train"]) == 10  # 2 precisions x (2 x 2 Keras + torch)
     assert all(r["images_per_s"] > 0 and 0 < r["fraction_of_peak"] < 1.5 for r in data["rows"])
     assert data["peaks"]["float32"] > 0 and data["headline"] and data["best_settings"]
+    assert data["quick"] is True and data["failed_jobs"] == 0 and data["sections"] == ["train", "infer"]
     assert "| keras_vit | tiny |" in (tmp_path / "latest.md").read_text()
 
 
@@ -83,3 +84,27 @@ def test_every_figure_gets_its_own_process_and_a_failed_one_is_reported_not_fata
                 "peaks": {"float32": 1.0, "bfloat16": 1.0}}
     assert run_isolated({"kind": "infer", "model": "unknown"}, settings) == []
     assert "its figures are missing" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--steps", "0"], "--steps must be >= 1. Received: 0"),
+    (["--warmup", "0"], "--warmup must be >= 1. Received: 0"),
+    (["--image-size", "40"], "--image-size must be a multiple of 16"),
+    (["--quick", "--models", "Ti16"], "--quick sets its own model, size and steps; drop --models"),
+    (["--models", "Ti16", "--update-readme"], "--update-readme needs a full run"),
+    (["--sections", "nope"], "--sections: unknown nope"),
+])
+def test_bad_arguments_exit_2_before_measuring_anything(argv, message, capsys):
+    from benchmarks.run import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_profile_depth_has_help():
+    from benchmarks.profile_depth import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
