@@ -79,17 +79,12 @@ def needs_cpu_collectives(strategy):
     implemented for CPU devices when compiling with XLA"): several replicas, or several workers, on CPUs."""
     import tensorflow as tf
 
-    if isinstance(strategy, tf.distribute.TPUStrategy):
-        return False
     several = strategy.num_replicas_in_sync > 1 or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    if not several:
-        return False  # the default strategy has no worker_devices
-    devices = strategy.extended.worker_devices
-    return all("CPU" in d.upper() for d in devices)
+    return several and cpu_only(strategy)
 
 
 def cpu_only(strategy):
-    """True when every device `strategy` computes on is a CPU (no GPU, no TPU)."""
+    """True when every device `strategy` (a `tf.distribute.Strategy`) computes on is a CPU: no GPU, no TPU."""
     import tensorflow as tf
 
     if isinstance(strategy, tf.distribute.TPUStrategy):

@@ -113,7 +113,9 @@ with strategy.scope():
     training.compile_model(model, total_steps=3 * int(train.cardinality()), learning_rate=3e-3, jit_compile=False)
 history = model.fit(train, epochs=3, verbose=0, shuffle=False)
 print("RESULT", json.dumps({"loss": history.history["loss"], "replicas": strategy.num_replicas_in_sync,
-                            "jit": bool(model.jit_compile)}))
+                            "jit": bool(model.jit_compile), "cpu_only": distribute.cpu_only(strategy),
+                            "collectives": distribute.needs_cpu_collectives(strategy),
+                            "auto": distribute.choose_xla("auto", strategy, "float32")[0]}))
 """
 
 
@@ -129,6 +131,8 @@ def test_mirrored_over_two_cpus_follows_the_one_device_loss_curve():
         assert r.returncode == 0, r.stderr[-3000:]
         runs[name] = _result(r.stdout)
     assert runs["default"]["replicas"] == 1 and runs["mirrored"]["replicas"] == 2
+    assert runs["mirrored"]["cpu_only"] and runs["mirrored"]["collectives"] and not runs["mirrored"]["auto"]
+    assert runs["default"]["cpu_only"] and not runs["default"]["collectives"] and runs["default"]["auto"]
     assert runs["default"]["loss"][-1] < runs["default"]["loss"][0]  # it learns
     np.testing.assert_allclose(runs["mirrored"]["loss"], runs["default"]["loss"], rtol=2e-3)
 
