@@ -16,9 +16,10 @@ neighbour on the machine slows all of them alike. Prints a Markdown table of GFL
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
+
+from benchmarks.run import wall_times
 
 TOKENS = 197  # 14 x 14 patches + the class token at 224 px, patch 16
 WIDTHS = {"Ti16": (192, 768), "S16": (384, 1536), "B16": (768, 3072)}  # hidden_size, mlp_dim
@@ -76,14 +77,12 @@ def profile(cases, chain, rounds, dtype="float32"):
     results = []
     for label, m, k, n in cases:
         engines = _engines(m, k, n, chain, dtype)
-        for run in engines.values():  # compile and warm up
-            run(), run()
         times = {name: [] for name in engines}
-        for _ in range(rounds):
+        for run in engines.values():  # compile and warm up
+            wall_times(run, 0, warmup=2)
+        for _ in range(rounds):  # the engines take turns
             for name, run in engines.items():
-                start = time.perf_counter()
-                run()
-                times[name].append(time.perf_counter() - start)
+                times[name] += wall_times(run, 1)
         flops = 2.0 * m * k * n * (chain // 2) * 2
         results.append((label, m, k, n, {name: flops / np.median(t) / 1e9 for name, t in times.items()}))
     return results

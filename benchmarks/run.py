@@ -49,16 +49,21 @@ def _median_rate(times, images):
     return images / statistics.median(times)
 
 
-def median_seconds(call, steps, warmup):
-    """Median wall time of `call()` over `steps` runs after `warmup` untimed ones."""
+def wall_times(call, runs, warmup=0):
+    """Wall times in seconds of `runs` calls of `call()`, after `warmup` untimed ones."""
     for _ in range(warmup):
         call()
     times = []
-    for _ in range(steps):
+    for _ in range(runs):
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
+
+
+def median_seconds(call, steps, warmup):
+    """Median wall time of `call()` over `steps` runs after `warmup` untimed ones."""
+    return statistics.median(wall_times(call, steps, warmup))
 
 
 def matmul_peak(dtype, n=4096, repeats=5):
@@ -76,21 +81,9 @@ def matmul_peak(dtype, n=4096, repeats=5):
     a = tf.cast(tf.random.normal((n, n)), dtype)
     for label, jit in (("TensorFlow+XLA", True), ("TensorFlow", False)):
         f = tf.function(lambda x: tf.matmul(x, x), jit_compile=jit)
-        f(a).numpy()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            f(a).numpy()
-            times.append(time.perf_counter() - start)
-        best[label] = flop / min(times) / 1e9
+        best[label] = flop / min(wall_times(lambda: f(a).numpy(), repeats, warmup=1)) / 1e9
     t = torch.randn(n, n).to(getattr(torch, dtype))
-    torch.matmul(t, t)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.matmul(t, t)
-        times.append(time.perf_counter() - start)
-    best["PyTorch"] = flop / min(times) / 1e9
+    best["PyTorch"] = flop / min(wall_times(lambda: torch.matmul(t, t), repeats, warmup=1)) / 1e9
     label = max(best, key=best.get)
     return best[label], label
 
