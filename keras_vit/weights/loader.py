@@ -2,6 +2,7 @@
 
 import dataclasses
 import logging
+import math
 import os
 import re
 
@@ -9,7 +10,8 @@ import numpy as np
 
 from keras_vit.weights import layouts
 from keras_vit.weights.layouts import ATTENTION, BLOCK, LN1, LN2, MLP, POS, CheckpointError
-from keras_vit.weights.resample import grid_shape, resample_position_embedding
+from keras_vit._validation import is_int
+from keras_vit.weights.resample import resample_position_embedding
 
 LOG = logging.getLogger("keras_vit.weights")
 HEAD_MODES = ("auto", "load", "reset")
@@ -183,6 +185,85 @@ def _resolve_source(model, checkpoint, cache_dir):
     )
 
 
+def _square_side(n):
+    """The side of a square grid of `n` cells (n >= 1), or None."""
+    side = math.isqrt(n) if n >= 1 else 0
+    return side if side >= 1 and side * side == n else None
+
+
+def read_position_table(length, class_token, model_grid=None, source_grid=None):
+    """Reads a position-embedding table of `length` rows: is there a class-token row, and which patch grid?
+
+    Two layouts are in the wild for models with a class token. Google's
+    original code (google-research/vision_transformer `models_vit.py`),
+    Hugging Face's ViT and keras_vit prepend the class token and then add
+    a table with a row for it: length = 1 + rows * cols. big_vision's
+    `vit.py` (since 2022) and timm's `no_embed_class=True` models (DeiT III,
+    FlexiViT) add the table to the patches and then prepend the class
+    token: length = rows * cols, no class-token row. The file does not say
+    which, so it is read from the count, in this order:
+
+    1. `source_grid` (rows, cols), when given: its cells are length - 1 (a
+       class-token row) or length (none).
+    2. The model's grid, exactly: its cells = length - 1, else = length.
+    3. A square grid: length - 1 a square (big_vision's own rule in
+       `fix_old_checkpoints`), else length a square.
+
+    Args:
+        length: int >= 1, rows of the table.
+        class_token: bool, the checkpoint has a class token (`cls`).
+        model_grid: (rows, cols) of the model, or None.
+        source_grid: (rows, cols) of the checkpoint as the caller gave it, or None.
+
+    Returns:
+        (has_class_row, (rows, cols), other) where `other` is None, or the
+        (has_class_row, grid) of a second reading that also fits (rules 2
+        and 3 disagree), to be reported.
+
+    Raises:
+        CheckpointError: `source_grid` malformed or fitting neither reading
+            (named with its value), or no reading fits (the message says
+            what to pass).
+    """
+    if source_grid is not None:
+        grid = tuple(source_grid) if isinstance(source_grid, (tuple, list, np.ndarray)) else (source_grid,)
+        if len(grid) != 2 or not all(is_int(g) and g > 0 for g in grid):
+            raise CheckpointError(
+                f"`source_grid` must be (rows, cols) of positive ints. Received: source_grid={source_grid!r}"
+            )
+        grid = (int(grid[0]), int(grid[1]))
+        cells = grid[0] * grid[1]
+        if class_token and cells == length - 1:
+            return True, grid, None
+        if cells == length:
+            return False, grid, None
+        fits = f"{length - 1} (after a class-token row) or {length} (without one)" if class_token else f"{length}"
+        raise CheckpointError(
+            f"Checkpoint key {POS!r} has {length} rows, which hold {fits} patches; `source_grid` has {cells}. "
+            f"Received: source_grid={source_grid!r}"
+        )
+    readings = []  # (has_class_row, grid), most likely first
+    offsets = (1, 0) if class_token else (0,)
+    if model_grid is not None:
+        readings += [(k == 1, tuple(model_grid)) for k in offsets if length - k == model_grid[0] * model_grid[1]]
+    for k in offsets:
+        side = _square_side(length - k)
+        if side is not None and (k == 1, (side, side)) not in readings:
+            readings.append((k == 1, (side, side)))
+    if not readings:
+        if class_token:
+            fits = f"neither {length - 1} patches after a class-token row nor {length} patches without one make"
+        else:
+            fits = f"its {length} patches do not make"
+        grid_text = f"the model's {model_grid[0]}x{model_grid[1]} grid or " if model_grid is not None else ""
+        raise CheckpointError(
+            f"Checkpoint key {POS!r} has {length} rows: {fits} {grid_text}a square grid; "
+            "pass `source_grid=(rows, cols)`, the checkpoint's patch grid"
+        )
+    other = next((r for r in readings[1:] if r[0] != readings[0][0]), None)
+    return readings[0][0], readings[0][1], other
+
+
 def load_pretrained(
     model, checkpoint, head="auto", interpolation="bilinear", antialias=False, source_grid=None, cache_dir=None
 ):
@@ -196,9 +277,14 @@ def load_pretrained(
 
     Position embeddings are resampled when the checkpoint's patch grid
     differs from the model's (paper Sec. 3.2; `resample_position_embedding`),
-    with one logged message; the class-token row is kept, and whether there
-    is one is read from the checkpoint (a `cls` array), never guessed from
-    the row count.
+    with one logged message; the class-token row is kept. Whether the model
+    has a class token is read from the checkpoint (a `cls` array), never
+    guessed from the row count. A table without a class-token row beside a
+    `cls` (timm's `no_embed_class` models, big_vision: positions are added
+    before the class token is prepended) loads with a zero class-token row,
+    which computes exactly the same, and one logged message; which layout a
+    table has is read from its row count (`read_position_table`), or from
+    `source_grid` when given.
 
     Heads (paper Sec. 3.2: the pre-trained head is removed and a
     zero-initialised one attached for fine-tuning):
@@ -228,8 +314,9 @@ def load_pretrained(
         head: "auto", "load" or "reset" (above).
         interpolation: "bilinear" (the reference code's, default) or "bicubic".
         antialias: bool, with "bicubic" only.
-        source_grid: (rows, cols) of the checkpoint's grid. Default: the
-            model's grid when the checkpoint has as many patches, else square.
+        source_grid: (rows, cols) of the checkpoint's patch grid, positive
+            ints. Default: the model's grid when the checkpoint has as many
+            patches (with or without a class-token row), else square.
         cache_dir: download cache root, default `~/.keras`.
 
     Returns:
@@ -287,26 +374,36 @@ def load_pretrained(
             continue
         take(key, var.shape)
 
-    # Position embeddings: resample the grid when it differs (paper Sec. 3.2).
+    # Position embeddings: with or without a class-token row; resample the grid when it differs (paper Sec. 3.2).
     if POS not in canon:
         raise CheckpointError(f"Checkpoint {source!r} is missing key {POS!r}")
     pos = canon[POS]
-    prefix = int(has_cls)
-    if pos.ndim != 3 or pos.shape[0] != 1 or pos.shape[2] != width:
+    if pos.ndim != 3 or pos.shape[0] != 1 or pos.shape[1] < 1 or pos.shape[2] != width:
         raise CheckpointError(f"Checkpoint key {POS!r} has shape {pos.shape}, the model needs (1, tokens, {width})")
-    if source_grid is None and pos.shape[1] - prefix == d["grid"][0] * d["grid"][1]:
-        source_grid = d["grid"]  # same number of patches: the model's own grid (an exact round trip)
-    try:
-        old_grid = grid_shape(pos.shape[1] - prefix, source_grid, "source_grid")
-    except ValueError as e:
-        raise CheckpointError(f"Checkpoint key {POS!r}: {e}") from None
+    class_row, old_grid, other = read_position_table(pos.shape[1], has_cls, d["grid"], source_grid)
+    prefix = int(class_row)
+    if other is not None:
+        report.say(
+            f"Checkpoint key {POS!r}: read its {pos.shape[1]} rows as {_reading(class_row, old_grid)}; they "
+            f"also fit {_reading(*other)} (pass source_grid=({other[1][0]}, {other[1][1]}) for that reading)"
+        )
     resampled = pos
     if old_grid != tuple(d["grid"]):
         resampled = resample_position_embedding(pos, d["grid"], prefix, old_grid, interpolation, antialias)
         report.resampled = (old_grid, tuple(d["grid"]))
+        kept = "; class token row kept" if class_row else ""
         report.say(
             f"Resampled position embeddings from a {old_grid[0]}x{old_grid[1]} to a {d['grid'][0]}x{d['grid'][1]} "
-            f"patch grid ({interpolation}{', antialiased' if antialias else ''}; class token row kept)"
+            f"patch grid ({interpolation}{', antialiased' if antialias else ''}{kept})"
+        )
+    if has_cls and not class_row:
+        # z_0 = [x_class; x_p E + E_pos] (timm no_embed_class, big_vision) equals keras_vit's
+        # [x_class; x_p E] + [0; E_pos]: a zero class-token row computes exactly the same.
+        resampled = np.concatenate([np.zeros((1, 1, width), np.float32), resampled], axis=1)
+        report.say(
+            f"Checkpoint key {POS!r} has no class-token row ({pos.shape[1]} rows for a {old_grid[0]}x{old_grid[1]} "
+            "patch grid: positions added before the class token is prepended, as in timm's no_embed_class models "
+            "and big_vision); loaded with a zero class-token row, which computes the same"
         )
     values[POS] = resampled
 
@@ -370,6 +467,10 @@ def load_pretrained(
     return report
 
 
+def _reading(class_row, grid):
+    return f"{'a class-token row and ' if class_row else 'no class-token row and '}a {grid[0]}x{grid[1]} patch grid"
+
+
 def to_canonical_arrays(model):
     """Returns the model's weights as a dict in the canonical (Google pre-linen) layout, float32."""
     d = describe(model)
@@ -430,7 +531,8 @@ def infer_config(arrays, num_heads=None):
         representation_size, class_token, classifier ("token" whenever there
         is a class token: the file does not record pooling), classes (or
         None without a head), image_size (square side in pixels, assuming a
-        square patch grid, or None when the count is not a square), channels (of the input images), and the
+        square patch grid with or without a class-token row, or None when
+        the count is not a square), channels (of the input images), and the
         hybrid's resnet_num_layers (None for a pure ViT) and
         resnet_width_factor.
 
@@ -451,8 +553,10 @@ def infer_config(arrays, num_heads=None):
     layers = len({k.split("/")[1] for k in canon if k.startswith("Transformer/encoderblock_")})
     q = canon[f"{BLOCK.format(0)}/{ATTENTION}/query/kernel"]
     class_token = "cls" in canon
-    tokens = canon[POS].shape[1] - int(class_token)
-    side = int(round(tokens ** 0.5))
+    try:  # a square grid, with or without a class-token row
+        side = read_position_table(canon[POS].shape[1], class_token)[1][0]
+    except CheckpointError:  # not square: the file cannot tell the grid
+        side = None
     resnet, width_factor, channels, stride = None, 1, int(kernel.shape[2]), 1
     if "conv_root/kernel" in canon:  # hybrid: the patches are cut from the ResNet's feature map
         resnet = _stage_units(canon, r"block(\d+)/unit(\d+)/")
@@ -475,5 +579,5 @@ def infer_config(arrays, num_heads=None):
         # A file cannot tell a class-token model that pools by averaging (classifier="gap", class_token=True).
         "classifier": "token" if class_token else "gap",
         "classes": int(canon["head/kernel"].shape[1]) if "head/kernel" in canon else None,
-        "image_size": side * int(kernel.shape[0]) * stride if side * side == tokens else None,
+        "image_size": side * int(kernel.shape[0]) * stride if side else None,
     }

@@ -17,8 +17,11 @@ def grid_shape(num_patches, grid=None, name="grid"):
     checkpoints all are).
 
     Raises:
-        ValueError: `grid` does not fit, or no square grid has `num_patches` cells.
+        ValueError: `num_patches` is below 1, `grid` does not fit, or no
+            square grid has `num_patches` cells.
     """
+    if not is_int(num_patches) or num_patches < 1:
+        raise ValueError(f"A position embedding needs at least one patch row; it has {num_patches!r}")
     if grid is not None:
         grid = tuple(grid) if isinstance(grid, (tuple, list, np.ndarray)) else (grid,)
         if len(grid) != 2 or not all(is_int(g) and g > 0 for g in grid) or grid[0] * grid[1] != num_patches:
@@ -68,7 +71,8 @@ def resample_position_embedding(
         float32 array (1, num_prefix_tokens + target rows * cols, D).
 
     Raises:
-        ValueError: a bad argument (named), or grids that do not fit the array.
+        ValueError: a bad argument (named), grids that do not fit the
+            array, or an array with no patch rows.
 
     Example:
 
@@ -93,6 +97,11 @@ def resample_position_embedding(
     if len(target_grid) != 2 or not all(is_int(g) and g > 0 for g in target_grid):
         raise ValueError(f"`target_grid` must be (rows, cols) of positive ints. Received: target_grid={target_grid!r}")
     prefix, patches = pe[:num_prefix_tokens], pe[num_prefix_tokens:]
+    if len(patches) < 1:
+        raise ValueError(
+            f"`position_embedding` has {len(pe)} rows, none left for patches after num_prefix_tokens="
+            f"{num_prefix_tokens}. Received shape {np.shape(position_embedding)}"
+        )
     rows, cols = grid_shape(len(patches), source_grid, "source_grid")
     grid = patches.reshape(rows, cols, -1)
     new_rows, new_cols = int(target_grid[0]), int(target_grid[1])

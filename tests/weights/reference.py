@@ -3,7 +3,10 @@
 - `google_checkpoint`: random arrays under the key names and shapes of Google's
   original `.npz` files, written from the table in CHECKPOINTS.md.
 - `forward`: the ViT forward pass straight from the paper's equations
-  (arXiv:2010.11929, Eq. 1-4) in NumPy over such arrays.
+  (arXiv:2010.11929, Eq. 1-4) in NumPy over such arrays; with
+  `no_embed_class=True`, the embedding step of timm's `no_embed_class` models
+  (timm `VisionTransformer._pos_embed`: `x = x + pos_embed`, then the class
+  token is concatenated in front) and big_vision's `vit.py`.
 """
 
 import numpy as np
@@ -11,15 +14,19 @@ from scipy.special import erf
 
 
 def google_checkpoint(seed, patch=4, channels=3, width=32, layers=2, heads=4, mlp=64, grid=(4, 4), classes=5,
-                      representation=None, cls=True):
-    """Random float32 arrays in the pre-linen layout of google-research/vision_transformer."""
+                      representation=None, cls=True, class_row=True):
+    """Random float32 arrays in the pre-linen layout of google-research/vision_transformer.
+
+    `class_row=False` leaves the class token's row out of the position table
+    (rows for the patches only, as timm's `no_embed_class` models and big_vision).
+    """
     rng = np.random.default_rng(seed)
 
     def r(*shape, scale=0.2):
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
     hd = width // heads
-    tokens = grid[0] * grid[1] + int(cls)
+    tokens = grid[0] * grid[1] + int(cls and class_row)
     a = {
         "embedding/kernel": r(patch, patch, channels, width),
         "embedding/bias": r(width),
@@ -69,10 +76,12 @@ def _softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
-def forward(a, images, layers):
+def forward(a, images, layers, no_embed_class=False):
     """Logits (batch, classes) of a token-classifier ViT, float64, from Google-layout arrays `a`.
 
     images: (batch, H, W, C) in whatever range the weights expect.
+    no_embed_class: the position table has rows for the patches only and is
+        added before the class token is prepended (timm, big_vision).
     """
     x = np.asarray(images, np.float64)
     kernel = a["embedding/kernel"].astype(np.float64)
@@ -82,7 +91,10 @@ def forward(a, images, layers):
     patches = x.reshape(b, h // p, p, w // p, p, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, -1, p * p * c)
     z = patches @ kernel.reshape(p * p * c, -1) + a["embedding/bias"]
     cls = np.broadcast_to(a["cls"], (b, 1, z.shape[-1]))
-    z = np.concatenate([cls, z], axis=1) + a["Transformer/posembed_input/pos_embedding"]
+    if no_embed_class:  # timm: x = x + pos_embed; x = cat(cls_token, x)
+        z = np.concatenate([cls, z + a["Transformer/posembed_input/pos_embedding"]], axis=1)
+    else:
+        z = np.concatenate([cls, z], axis=1) + a["Transformer/posembed_input/pos_embedding"]
     for i in range(layers):
         pre = f"Transformer/encoderblock_{i}"
         att = f"{pre}/MultiHeadDotProductAttention_1"
