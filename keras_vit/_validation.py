@@ -6,6 +6,7 @@ allowed, before any TensorFlow op runs.
 
 import numbers
 
+import keras
 import numpy as np
 
 
@@ -38,3 +39,35 @@ def check_bool(name, value):
     """Raises ValueError unless `value` is True or False."""
     if not isinstance(value, bool):
         raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+
+
+def check_channels_last(where, data_format=None):
+    """Raises ValueError unless images are channels-last, the only layout keras_vit reads.
+
+    keras_vit's layers, models, checkpoint loaders, data pipelines and exports
+    all take images as `(batch, height, width, channels)`. Under
+    `keras.config.set_image_data_format("channels_first")` a `(batch, channels,
+    height, width)` batch would be read with its channels as the height, so it
+    is refused, as is an explicit `data_format="channels_first"`.
+
+    Args:
+        where: str, the layer, function or argument that reads the images,
+            named in the message.
+        data_format: None (check `keras.config.image_data_format()`, the
+            global format) or a layer's explicit `data_format` string.
+
+    Raises:
+        ValueError: the format checked is not "channels_last"; the message
+            names it and gives the fix.
+    """
+    global_format = keras.config.image_data_format()
+    if data_format is None:
+        data_format, received = global_format, f"keras.config.image_data_format()={global_format!r}"
+    else:
+        received = f"data_format={data_format!r} (keras.config.image_data_format()={global_format!r})"
+    if data_format != "channels_last":
+        raise ValueError(
+            f"{where} reads images as channels_last, (batch, height, width, channels): keras_vit does not "
+            "support the channels_first data format. Call keras.config.set_image_data_format('channels_last') "
+            f"and give images of shape (batch, height, width, channels). Received: {received}"
+        )

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit._validation import check_positive_int
+from keras_vit._validation import check_channels_last, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -40,8 +40,11 @@ class Patches(keras.layers.Layer):
         mixed precision policy).
 
     Raises:
-        ValueError: `patch_size` is not a positive int; the input is not
-            rank 4; height or width is not divisible by `patch_size` or is
+        ValueError: `patch_size` is not a positive int; at build time, when
+            `keras.config.image_data_format()` is "channels_first" (keras_vit
+            reads channels-last images only; a `(batch, channels, height,
+            width)` batch would be cut along its channels), the input is not
+            rank 4, or height or width is not divisible by `patch_size` or is
             smaller than it.
 
     Example:
@@ -57,6 +60,7 @@ class Patches(keras.layers.Layer):
         self.patch_size = check_positive_int("patch_size", patch_size)
 
     def build(self, input_shape):
+        check_channels_last("Patches")
         if len(input_shape) != 4:
             raise ValueError(
                 "Patches expects images of shape (batch, height, width, channels). "

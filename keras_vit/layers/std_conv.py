@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit._validation import check_channels_last
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class StdConv2D(keras.layers.Conv2D):
@@ -24,15 +26,17 @@ class StdConv2D(keras.layers.Conv2D):
 
     Args:
         filters, kernel_size, strides, padding, use_bias, ...: as
-            `keras.layers.Conv2D` (channels-last only).
+            `keras.layers.Conv2D`. `data_format` must be "channels_last",
+            given or (None) taken from `keras.config.image_data_format()`.
         epsilon: float > 0, default 1e-8.
 
     Input shape: `(batch, height, width, in_channels)`, float.
     Output shape: `(batch, new_height, new_width, filters)`, same dtype.
 
     Raises:
-        ValueError: `epsilon` not a positive number, or `data_format` other
-            than "channels_last"; the other arguments as `Conv2D`.
+        ValueError: `epsilon` not a positive number; a `data_format` other
+            than "channels_last" (also `data_format=None` while the global
+            format is "channels_first"); the other arguments as `Conv2D`.
 
     Example:
 
@@ -46,8 +50,7 @@ class StdConv2D(keras.layers.Conv2D):
         super().__init__(*args, **kwargs)
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon <= 0:
             raise ValueError(f"`epsilon` must be a positive number. Received: epsilon={epsilon!r}")
-        if self.data_format != "channels_last":
-            raise ValueError(f"StdConv2D supports data_format='channels_last' only. Received: {self.data_format!r}")
+        check_channels_last("StdConv2D", self.data_format)  # the global format when data_format=None
         self.epsilon = float(epsilon)
 
     def convolution_op(self, inputs, kernel):

@@ -19,6 +19,7 @@ four. Layer names follow the checkpoint names with "_" for "/"
 
 import keras
 
+from keras_vit._validation import check_channels_last
 from keras_vit.layers import StdConv2D
 
 GROUPS = 32
@@ -30,6 +31,12 @@ def output_stride(num_layers):
     return 4 * 2 ** (len(num_layers) - 1)
 
 
+def _conv(filters, kernel_size, name, strides=1, padding="valid"):
+    # data_format given, so that no layer follows keras.config.image_data_format()
+    return StdConv2D(filters, kernel_size, strides=strides, padding=padding, use_bias=False,
+                     data_format="channels_last", name=name)
+
+
 def _group_norm(name, epsilon):
     return keras.layers.GroupNormalization(GROUPS, epsilon=epsilon, name=name)
 
@@ -38,13 +45,13 @@ def _unit(x, width, strides, name, epsilon):
     out = 4 * width
     shortcut = x
     if x.shape[-1] != out or strides != 1:
-        shortcut = StdConv2D(out, 1, strides=strides, use_bias=False, name=f"{name}_conv_proj")(x)
+        shortcut = _conv(out, 1, f"{name}_conv_proj", strides=strides)(x)
         shortcut = _group_norm(f"{name}_gn_proj", epsilon)(shortcut)
-    y = StdConv2D(width, 1, use_bias=False, name=f"{name}_conv1")(x)
+    y = _conv(width, 1, f"{name}_conv1")(x)
     y = keras.layers.ReLU(name=f"{name}_relu1")(_group_norm(f"{name}_gn1", epsilon)(y))
-    y = StdConv2D(width, 3, strides=strides, padding="same", use_bias=False, name=f"{name}_conv2")(y)
+    y = _conv(width, 3, f"{name}_conv2", strides=strides, padding="same")(y)
     y = keras.layers.ReLU(name=f"{name}_relu2")(_group_norm(f"{name}_gn2", epsilon)(y))
-    y = StdConv2D(out, 1, use_bias=False, name=f"{name}_conv3")(y)
+    y = _conv(out, 1, f"{name}_conv3")(y)
     y = _group_norm(f"{name}_gn3", epsilon)(y)
     y = keras.layers.Add(name=f"{name}_add")([shortcut, y])
     return keras.layers.ReLU(name=f"{name}_out")(y)
@@ -63,11 +70,16 @@ def resnet_features(x, num_layers, width_factor=1, group_norm_epsilon=GROUP_NORM
     Returns:
         Keras tensor `(batch, ceil(height / s), ceil(width / s), 256 *
         width_factor * 2^(stages - 1))` with s = `output_stride(num_layers)`.
+
+    Raises:
+        ValueError: `keras.config.image_data_format()` is "channels_first"
+            (every layer here is channels-last, whatever the global format).
     """
+    check_channels_last("The hybrid's ResNet (resnet_features)")
     width = 64 * width_factor
-    x = StdConv2D(width, 7, strides=2, padding="same", use_bias=False, name="conv_root")(x)
+    x = _conv(width, 7, "conv_root", strides=2, padding="same")(x)
     x = keras.layers.ReLU(name="relu_root")(_group_norm("gn_root", group_norm_epsilon)(x))
-    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="pool_root")(x)
+    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", data_format="channels_last", name="pool_root")(x)
     for s, units in enumerate(num_layers):
         for u in range(units):
             strides = 2 if (s > 0 and u == 0) else 1

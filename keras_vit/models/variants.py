@@ -74,8 +74,10 @@ _DOC = """Builds {title} (hidden_size {hidden}, {layers} layers, {heads} heads, 
     `(batch, seq_len, {hidden})` or `(batch, {hidden})` with `pooling`.
 
     Raises:
-        ValueError: an invalid argument (see `VisionTransformer`), or a
-            kwarg that would override the variant table ({table_args}).
+        ValueError: `keras.config.image_data_format()` is "channels_first"
+            (keras_vit is channels-last only), before anything is built; an
+            invalid argument (see `VisionTransformer`), or a kwarg that would
+            override the variant table ({table_args}).
 
     Returns:
         A `keras.Model`.

@@ -5,7 +5,14 @@ import os
 import keras
 import numpy as np
 
-from keras_vit._validation import check_bool, check_choice, check_positive_int, check_rate, is_int
+from keras_vit._validation import (
+    check_bool,
+    check_channels_last,
+    check_choice,
+    check_positive_int,
+    check_rate,
+    is_int,
+)
 from keras_vit.layers import Patches, PatchEncoder, SequencePooling, TransformerBlock
 from keras_vit.models.resnet import output_stride as resnet_output_stride
 from keras_vit.models.resnet import resnet_features
@@ -126,7 +133,11 @@ def VisionTransformer(
         seq_len = (height / patch_size) * (width / patch_size) + class token.
 
     Raises:
-        ValueError: for any argument outside the ranges above, naming it and
+        ValueError: first, when `keras.config.image_data_format()` is
+            "channels_first": keras_vit models, like their weights, data
+            pipelines and exports, are channels-last only (call
+            `keras.config.set_image_data_format("channels_last")`). Then for
+            any argument outside the ranges above, naming it and
             the value received, before any TensorFlow op runs: a patch size
             larger than the image or not dividing it, `hidden_size` not
             divisible by `num_heads`, an unknown `classifier`, `pooling` or
@@ -143,6 +154,7 @@ def VisionTransformer(
     >>> model.output_shape
     (None, 10)
     """
+    check_channels_last("VisionTransformer")
     patch_size = check_positive_int("patch_size", patch_size)
     hidden_size = check_positive_int("hidden_size", hidden_size)
     num_layers = check_positive_int("num_layers", num_layers)
