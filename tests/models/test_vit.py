@@ -14,6 +14,8 @@ import keras_vit
 from keras_vit import VisionTransformer
 from keras_vit.layers import TransformerBlock
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def test_layer_names_are_the_contract(tiny_config):
     model = VisionTransformer(representation_size=16, **tiny_config)
@@ -98,15 +100,76 @@ def test_two_batch_sizes_and_softmax(tiny_config):
         np.testing.assert_allclose(out, 1 / 5, rtol=1e-6)  # zero head: uniform
 
 
-def test_weights_file_round_trip(tiny_config, tmp_path):
-    model = VisionTransformer(**tiny_config)
+def _fill_distinct(model, seed):
+    """Gives every variable its own values from one seeded stream: no two variables alike.
+
+    Re-seeding per variable would give all weights of one shape the same values (query = key =
+    value, block 0 = block 1), and a round trip that swapped them would still pass.
+    """
+    rng = np.random.default_rng(seed)
     for w in model.weights:
-        w.assign(np.random.default_rng(2).normal(size=w.shape).astype("float32"))
+        w.assign(rng.normal(scale=0.2, size=w.shape).astype("float32"))
+    values = [w.numpy().tobytes() for w in model.weights]
+    assert len(set(values)) == len(values)
+
+
+def snapshot(model, x):
+    """{"weight:<path>": value} for every variable and {"output:<layer>": value} for every layer (inference)."""
+    layers = model.layers[1:]
+    outputs = keras.Model(model.inputs, [layer.output for layer in layers]).predict(x, verbose=0)
+    return {
+        **{f"weight:{w.path}": w.numpy() for w in model.weights},
+        **{f"output:{layer.name}": out for layer, out in zip(layers, outputs)},
+    }
+
+
+def _assert_same_snapshot(got, expected):
+    """Every weight and every layer's output equal, bit for bit."""
+    assert sorted(got) == sorted(expected)
+    for key, value in got.items():
+        np.testing.assert_array_equal(value, expected[key], err_msg=key)
+
+
+def _swap(first, second):
+    a, b = first.numpy(), second.numpy()
+    first.assign(b)
+    second.assign(a)
+
+
+def test_weights_file_round_trip(tiny_config, tmp_path):
+    model = VisionTransformer(classifier_activation=None, **tiny_config)
+    _fill_distinct(model, 2)
     path = str(tmp_path / "tiny.weights.h5")
     model.save_weights(path)
-    loaded = VisionTransformer(weights=path, **tiny_config)
+    loaded = VisionTransformer(weights=path, classifier_activation=None, **tiny_config)
     x = np.random.default_rng(3).uniform(-1, 1, (2, 16, 16, 3))
-    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    _assert_same_snapshot(snapshot(loaded, x), snapshot(model, x))
+
+
+def test_round_trip_check_catches_swapped_weights(tiny_config):
+    """The fill and comparison above see a load that swapped two blocks, or query and key."""
+    model = VisionTransformer(classifier_activation=None, **tiny_config)
+    _fill_distinct(model, 2)
+    x = np.random.default_rng(3).uniform(-1, 1, (2, 16, 16, 3))
+    logits = model.predict(x, verbose=0)
+    blocks = [model.get_layer(f"transformer_block_{i}") for i in range(2)]
+    for first, second in zip(blocks[0].weights, blocks[1].weights):
+        _swap(first, second)
+    swapped_blocks = model.predict(x, verbose=0)
+    assert np.abs(swapped_blocks - logits).max() > 1e-3
+    for first, second in zip(blocks[0].weights, blocks[1].weights):
+        _swap(first, second)
+    np.testing.assert_array_equal(model.predict(x, verbose=0), logits)
+    attention = blocks[0].attention
+    _swap(attention.query_dense.kernel, attention.key_dense.kernel)
+    assert np.abs(model.predict(x, verbose=0) - logits).max() > 1e-3
+    # The old fill (one seed per variable) made such swaps invisible: same-shape weights were equal.
+    for w in model.weights:
+        w.assign(np.random.default_rng(2).normal(size=w.shape).astype("float32"))
+    before = model.predict(x, verbose=0)
+    for first, second in zip(blocks[0].weights, blocks[1].weights):
+        _swap(first, second)
+    np.testing.assert_array_equal(model.predict(x, verbose=0), before)
 
 
 def test_stochastic_depth_grows_linearly(tiny_config):
@@ -199,22 +262,22 @@ def test_get_config_round_trip(tiny_config):
 
 def test_keras_file_round_trip_in_fresh_process(tiny_config, tmp_path):
     model = VisionTransformer(representation_size=8, dropout_rate=0.1, stochastic_depth_rate=0.1, **tiny_config)
-    rng = np.random.default_rng(5)
-    for w in model.weights:
-        w.assign(rng.normal(scale=0.2, size=w.shape).astype("float32"))
-    x = rng.uniform(-1, 1, (3, 16, 16, 3)).astype("float32")
+    _fill_distinct(model, 5)
+    x = np.random.default_rng(6).uniform(-1, 1, (3, 16, 16, 3)).astype("float32")
     np.save(tmp_path / "x.npy", x)
-    np.save(tmp_path / "expected.npy", model.predict(x, verbose=0))
     model.save(tmp_path / "model.keras")
     script = textwrap.dedent(
         f"""
+        import sys
         import numpy as np, keras, keras_vit
+        sys.path.insert(0, {ROOT!r})
+        from tests.models.test_vit import snapshot
         model = keras.saving.load_model({str(tmp_path / 'model.keras')!r})
-        got = model.predict(np.load({str(tmp_path / 'x.npy')!r}), verbose=0)
-        np.testing.assert_array_equal(got, np.load({str(tmp_path / 'expected.npy')!r}))
-        print("IDENTICAL")
+        np.savez({str(tmp_path / 'loaded.npz')!r}, **snapshot(model, np.load({str(tmp_path / 'x.npy')!r})))
         """
     )
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-    assert "IDENTICAL" in result.stdout, result.stderr[-3000:]
+    assert result.returncode == 0, result.stderr[-3000:]
+    with np.load(tmp_path / "loaded.npz") as loaded:
+        _assert_same_snapshot(dict(loaded), snapshot(model, x))
