@@ -1,9 +1,13 @@
 """Record the SHA-256 of every published checkpoint: `python -m keras_vit.weights.pin` (maintainers).
 
 Streams each file of `keras_vit.weights.CHECKPOINTS` from its official URL
-(nothing is kept on disk), hashes it, and writes the digests to
-`keras_vit/weights/sha256.json`, which `fetch` then enforces. Needs a
-machine that reaches storage.googleapis.com; the files total tens of GB.
+(nothing is kept on disk), hashes it, and writes each digest with the
+file's size in bytes to `keras_vit/weights/sha256.json` as
+`{"sha256": ..., "size": ...}`, which `fetch` then enforces (the size first,
+so a truncated download fails without being hashed). Needs a machine that
+reaches storage.googleapis.com; the files total tens of GB. Digests copied
+from other public sources are listed with their sources in
+docs/sha256_sources.md; a run of this tool replaces them with its own.
 
     python -m keras_vit.weights.pin                        # every file
     python -m keras_vit.weights.pin --only augreg/B_16-i21k+i1k-224
@@ -39,13 +43,17 @@ def digest_url(url, timeout=60, chunk=1 << 20):
 
 
 def pin(names=None, output=None, timeout=60):
-    """Hashes the named checkpoints (default all) and merges the digests into `output` (default the registry's file).
+    """Hashes the named checkpoints (default all) and merges their digests and sizes into `output`.
 
+    `output` defaults to the registry's file, keras_vit/weights/sha256.json.
     Written to a temporary file and moved into place; entries already in
-    the file are kept unless re-hashed.
+    the file are kept unless re-hashed (older entries that are a bare
+    digest string stay readable); a re-hashed file whose digest differs
+    from the recorded one is recorded anew with a warning on stderr.
 
     Returns:
-        dict name -> digest of the files hashed in this call.
+        dict name -> {"sha256": hex digest, "size": bytes} of the files
+        hashed in this call, as written.
 
     Raises:
         ValueError: an unknown name, or a file that could not be read (the
@@ -60,10 +68,16 @@ def pin(names=None, output=None, timeout=60):
         raise ValueError(f"Unknown checkpoint names: {', '.join(unknown)}")
     digests = {}
     for name in names:
-        digests[name], size = digest_url(registry.CHECKPOINTS[name].url, timeout)
-        print(f"{digests[name]}  {size:>13,d}  {name}", flush=True)
+        digest, size = digest_url(registry.CHECKPOINTS[name].url, timeout)
+        digests[name] = {"sha256": digest, "size": size}
+        print(f"{digest}  {size:>13,d}  {name}", flush=True)
     with open(output) as f:
         merged = json.load(f)
+    for name, entry in digests.items():
+        recorded = registry.pinned_entry(name, merged[name], output)[0] if name in merged else None
+        if recorded not in (None, entry["sha256"]):
+            print(f"pin: warning: {name}: the file now has SHA-256 {entry['sha256']}, the one recorded was "
+                  f"{recorded}; recording the new one", file=sys.stderr)
     merged.update(digests)
     with staged(output, overwrite=True) as tmp:
         with open(tmp, "w") as f:

@@ -18,14 +18,42 @@ ORIGINAL = "https://storage.googleapis.com/vit_models/imagenet21k"
 ORIGINAL_FT = "https://storage.googleapis.com/vit_models/imagenet21k%2Bimagenet2012"
 AUGREG = "https://storage.googleapis.com/vit_models/augreg"
 CACHE_SUBDIR = os.path.join("models", "keras_vit")
-# name -> SHA-256 of the published file, written by `python -m keras_vit.weights.pin` on a machine that can
-# reach storage.googleapis.com. Names missing here download with a logged digest instead of a check.
+# name -> {"sha256": hex digest, "size": bytes} of the published file (a bare digest string is read too; "size"
+# may be missing), written by `python -m keras_vit.weights.pin` on a machine that can reach
+# storage.googleapis.com, or copied from public sources (docs/sha256_sources.md says which). Names missing here
+# download with a logged digest instead of a check.
 PINNED_FILE = os.path.join(os.path.dirname(__file__), "sha256.json")
+_HEX = frozenset("0123456789abcdef")
+
+
+def pinned_entry(name, value, source=PINNED_FILE):
+    """Returns (sha256, size or None) of one entry of the pinned-digest file.
+
+    Args:
+        name: the registry name the entry is filed under.
+        value: a 64-character lowercase hex digest, or a dict
+            {"sha256": digest, "size": bytes (int >= 1, optional)}.
+        source: the file, named in errors.
+
+    Raises:
+        ValueError: a malformed entry (file, name and value in the message).
+    """
+    digest, size = (value, None) if isinstance(value, str) else (None, None)
+    if isinstance(value, dict) and set(value) <= {"sha256", "size"}:
+        digest, size = value.get("sha256"), value.get("size")
+    if not (isinstance(digest, str) and len(digest) == 64 and set(digest) <= _HEX) or not (
+        size is None or (isinstance(size, int) and not isinstance(size, bool) and size >= 1)
+    ):
+        raise ValueError(
+            f"{source}: entry {name!r} must be a 64-character lowercase hex SHA-256 or "
+            f'{{"sha256": ..., "size": bytes}}. Received: {value!r}'
+        )
+    return digest, size
 
 
 def _pinned():
     with open(PINNED_FILE) as f:
-        return json.load(f)
+        return {name: pinned_entry(name, value) for name, value in json.load(f).items()}
 
 _AUGREG_PRETRAIN = {
     "Ti_16": "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
@@ -58,6 +86,8 @@ class Checkpoint:
         representation_size: width of its `pre_logits` layer, or None.
         zero_head: True where the head is known to be all zeros (a
             pre-training file whose classifier was dropped).
+        size: the file's length in bytes where it is recorded, else None;
+            `fetch` checks it before hashing, so a truncated file fails at once.
     """
 
     name: str
@@ -68,6 +98,7 @@ class Checkpoint:
     classes: int
     representation_size: object = None
     zero_head: bool = False
+    size: object = None
 
 
 def _registry():
@@ -113,7 +144,8 @@ def _registry():
     # timm's 224 px R26+S/32 comes from another pre-training run
     ft = "R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.03-res_224"
     entries.append(Checkpoint("augreg/R26_S_32-i21k+i1k-224", "ViTR26S32", f"{AUGREG}/{ft}.npz", None, 224, 1000))
-    return {c.name: dataclasses.replace(c, sha256=pinned.get(c.name)) for c in entries}
+    return {c.name: dataclasses.replace(c, sha256=pinned.get(c.name, (None, None))[0],
+                                        size=pinned.get(c.name, (None, None))[1]) for c in entries}
 
 
 CHECKPOINTS = _registry()
@@ -183,17 +215,19 @@ def sha256(path, chunk=1 << 20):
 
 
 def fetch(checkpoint, cache_dir=None):
-    """Downloads a checkpoint with `keras.utils.get_file` (cached) and checks its SHA-256.
+    """Downloads a checkpoint with `keras.utils.get_file` (cached) and checks its size and SHA-256.
 
     Files go to `~/.keras/models/keras_vit/` (or `cache_dir/models/
     keras_vit/`); `keras.utils.get_file` removes a partial download when
     the transfer fails (a connection cut short raises
-    `urllib.error.ContentTooShortError`). The SHA-256 is checked here, on the
-    cached file too: a file whose digest differs from the pinned one is
-    deleted and fetched once more; if that copy is wrong too it is deleted
-    and an error raised, so nothing corrupt is ever loaded. Where no
-    digest is pinned (`checkpoint.sha256` is None) the file is used and its
-    digest is logged, to be recorded in the registry.
+    `urllib.error.ContentTooShortError`). The file is checked here, the
+    cached copy too: first its length against the pinned size (where one
+    is recorded: a truncated file fails without being read), then its
+    SHA-256 against the pinned digest. A file that fails either check is
+    deleted and fetched once more; if that copy fails too it is deleted and
+    an error raised, so nothing corrupt is ever loaded. Where no digest is
+    pinned (`checkpoint.sha256` is None) the file is used and its digest is
+    logged, to be recorded in the registry.
 
     Args:
         checkpoint: a `Checkpoint`.
@@ -203,28 +237,35 @@ def fetch(checkpoint, cache_dir=None):
         The local path of the verified file.
 
     Raises:
-        ValueError: the file's SHA-256 differs from the pinned one (the file
-            has been deleted), or the download failed (the message names the
-            URL and the cause).
+        ValueError: the file's size or SHA-256 differs from the pinned one
+            (the file has been deleted), or the download failed (the
+            message names the URL and the cause).
     """
     fname = f"{checkpoint.name.replace('/', '--')}.npz"
-    for attempt in (1, 2):  # a stale or damaged cached copy is fetched again once
+    for _ in (1, 2):  # a stale or damaged cached copy is fetched again once
         try:
             path = keras.utils.get_file(fname, checkpoint.url, cache_dir=cache_dir, cache_subdir=CACHE_SUBDIR)
         except Exception as e:  # get_file wraps HTTP and URL errors in a bare Exception
             raise ValueError(
                 f"Download of checkpoint {checkpoint.name!r} from {checkpoint.url} failed: {type(e).__name__}: {e}"
             ) from None
+        size = os.path.getsize(path)
+        if checkpoint.size is not None and size != checkpoint.size:
+            problem = f"it has {size:,d} bytes, expected {checkpoint.size:,d}"
+            os.remove(path)
+            continue
         digest = sha256(path)
         if checkpoint.sha256 is None:
             from keras_vit.weights.loader import LOG
 
-            LOG.warning("No SHA-256 is pinned for %s; the file %s has SHA-256 %s", checkpoint.name, path, digest)
+            LOG.warning("No SHA-256 is pinned for %s; the file %s (%d bytes) has SHA-256 %s", checkpoint.name, path,
+                        size, digest)
             return path
         if digest == checkpoint.sha256:
             return path
+        problem = f"its SHA-256 is {digest}, expected {checkpoint.sha256}"
         os.remove(path)
     raise ValueError(
-        f"Checkpoint {checkpoint.name!r} from {checkpoint.url} is corrupt or truncated: its SHA-256 is {digest}, "
-        f"expected {checkpoint.sha256}. The file has been deleted."
+        f"Checkpoint {checkpoint.name!r} from {checkpoint.url} is corrupt or truncated: {problem}. "
+        "The file has been deleted."
     )
