@@ -224,6 +224,15 @@ def read_position_table(length, class_token, model_grid=None, source_grid=None):
         CheckpointError: `source_grid` malformed or fitting neither reading
             (named with its value), or no reading fits (the message says
             what to pass).
+
+    Example:
+
+    >>> read_position_table(197, class_token=True)  # Google's B/16 at 224 px
+    (True, (14, 14), None)
+    >>> read_position_table(196, class_token=True)  # timm's no_embed_class, big_vision
+    (False, (14, 14), None)
+    >>> read_position_table(9, class_token=True, model_grid=(2, 4))
+    (True, (2, 4), (False, (3, 3)))
     """
     if source_grid is not None:
         grid = tuple(source_grid) if isinstance(source_grid, (tuple, list, np.ndarray)) else (source_grid,)
