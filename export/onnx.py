@@ -1,52 +1,72 @@
 """ONNX export through tf2onnx, checked by the ONNX checker and onnxruntime."""
 
 from keras_vit import _files
-from export.signature import INPUT_NAME, OUTPUT_NAME, image_shape, serving_function
+from export.signature import INPUT_NAME, OUTPUT_NAME, prepare
+from export.verify import Artifact, check_artifact
 
 DEFAULT_OPSET = 17
 # docs/traps.md: tf2onnx leaves these when it cannot convert something; onnxruntime then refuses the file.
 FORBIDDEN_OPS = ("Erfc", "PartitionedCall", "StatefulPartitionedCall")
+# The only op domain allowed: the default ONNX domain ("" and its alias "ai.onnx"). A contrib op such
+# as com.microsoft's FusedMatMul passes onnx.checker and loads in onnxruntime, but no other runtime has it.
+STANDARD_DOMAINS = ("", "ai.onnx")
 
 
-def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, overwrite=False):
-    """Converts `model` to an ONNX file with a dynamic batch.
+def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, overwrite=False, verify=True,
+                verification_data=None):
+    """Converts `model` to an ONNX file with a dynamic batch, verified before it lands.
 
-    Converted with `tf2onnx.convert.from_function` from the serving function
-    (the route that works for Keras 3 models, docs/traps.md). The graph has input
-    `images` float32 `(batch, height, width, channels)` (batch dynamic) and
-    output `predictions` float32 `(batch, classes)`. It must pass
-    `onnx.checker.check_model(full_check=True)` (standard ONNX ops only, no
-    `Erfc` or `PartitionedCall` left-overs) and load in onnxruntime.
+    Converted with `tf2onnx.convert.from_function` from the float32 serving
+    function (`export.signature.ServingGraph`, the route that works for
+    Keras 3 models, docs/traps.md; a model trained under a mixed or
+    low-precision dtype policy is exported as its float32 twin). The graph
+    has input `images` float32 `(batch, height, width, channels)` (batch
+    dynamic) and output `predictions` float32 `(batch, classes)`. It must
+    pass `onnx.checker.check_model(full_check=True)`, hold only standard ONNX
+    ops (no `Erfc` or `PartitionedCall` left-overs), and load in onnxruntime.
+    Unless `verify=False`, onnxruntime's outputs are then compared with the
+    float32 model (`export.verify.TOLERANCES["float32"]`).
 
     Args:
-        model: a built keras_vit model.
+        model: a built keras_vit model (any dtype policy), or an
+            `export.signature.ServingGraph`.
         path: `.onnx` file to write (temporary name, then moved).
         opset: ONNX opset, default 17.
         include_preprocessing: bool; True: input raw pixels in [0, 255].
         overwrite: bool, replace an existing `path`.
+        verify: bool, default True; False skips the numeric check.
+        verification_data: float32 images `(n, h, w, c)` in [-1, 1];
+            default a seeded batch of noise.
 
     Returns:
         `path`.
 
     Raises:
-        ValueError: `opset` is not an int in [13, 18].
+        ValueError: `opset` is not an int in [13, 18]; a Keras-quantised model.
         FileExistsError: `path` exists and `overwrite` is False.
         RuntimeError: the converted graph has non-standard ops or
             onnxruntime refuses it; nothing is left at `path`.
+        export.verify.VerificationError: outputs NaN/Inf or outside the
+            float32 tolerance; nothing is left at `path`.
     """
     check_opset(opset)
-    image_shape(model)
     _files.check_target(path, overwrite)
-    import tf2onnx
+    graph, owned = prepare(model, include_preprocessing)
+    try:
+        import tf2onnx
 
-    serve, spec = serving_function(model, include_preprocessing)
-    proto, _ = tf2onnx.convert.from_function(serve, input_signature=[spec], opset=opset)
-    _rename_output(proto, OUTPUT_NAME)
-    content = proto.SerializeToString()
-    check_onnx(content, path)
-    with _files.staged(path, overwrite) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(content)
+        proto, _ = tf2onnx.convert.from_function(graph.function, input_signature=[graph.input_spec], opset=opset)
+        _rename_output(proto, OUTPUT_NAME)
+        content = proto.SerializeToString()
+        check_onnx(content, path)
+        with _files.staged(path, overwrite) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(content)
+            if verify:
+                check_artifact(graph, Artifact(path, "onnx", tmp, "float32", include_preprocessing), verification_data)
+    finally:
+        if owned:
+            graph.close()
     return path
 
 
@@ -67,8 +87,17 @@ def _rename_output(proto, name):
     proto.graph.output[0].name = name
 
 
+def _all_nodes(graph):
+    """Every node of an ONNX graph, those in subgraphs (If, Loop, Scan bodies) included."""
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                yield from _all_nodes(sub)
+
+
 def check_onnx(content, name="model"):
-    """Raises RuntimeError unless the ONNX bytes pass the checker and load in onnxruntime."""
+    """Raises RuntimeError unless the ONNX bytes hold standard ops only, pass the checker and load in onnxruntime."""
     import onnx
     import onnxruntime
 
@@ -76,6 +105,9 @@ def check_onnx(content, name="model"):
     bad = sorted({n.op_type for n in proto.graph.node if n.op_type in FORBIDDEN_OPS})
     if bad:
         raise RuntimeError(f"{name}: tf2onnx left unconverted ops {bad}; onnxruntime cannot run them")
+    foreign = sorted({f"{n.domain}.{n.op_type}" for n in _all_nodes(proto.graph) if n.domain not in STANDARD_DOMAINS})
+    if foreign:
+        raise RuntimeError(f"{name}: non-standard ONNX ops {foreign} (only the default ONNX domain is allowed)")
     try:
         onnx.checker.check_model(proto, full_check=True)
         onnxruntime.InferenceSession(content, providers=["CPUExecutionProvider"])

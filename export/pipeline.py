@@ -3,14 +3,15 @@
 import json
 import os
 import tempfile
+import time
 
 import numpy as np
 
 from keras_vit import _files
 from export.onnx import check_opset
-from export.signature import image_shape
-from export.tflite import QUANTIZATIONS, check_quantization
-from export.verify import Artifact, VerificationError, verify
+from export.signature import ServingGraph, image_shape
+from export.tflite import QUANTIZATIONS, _images_of, check_quantization
+from export.verify import NOISE_HINT, Artifact, VerificationError, decision_failure, verify
 
 FORMATS = ("saved_model", "tflite", "onnx")
 VERIFY_SAMPLES = 512
@@ -51,8 +52,11 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
         source: None (a seeded batch of uniform noise in [-1, 1]), "digits"
             (calibration on the training split, verification on the fixed
             held-out split), the path of an image folder (80/20 split,
-            seed 0), or a TFDS name (splits "train" / "test", read from the
-            local TFDS folder).
+            seed 0), a TFDS name (splits "train" / "test", read from the
+            local TFDS folder), or a `tf.data.Dataset` of images in [-1, 1]
+            (elements `(images, labels)`, images, or TFDS-style dicts
+            `{"image": ..., "label": ...}`; used for both calibration and
+            verification).
         model: the model, for its input size and channels.
 
     Returns:
@@ -62,14 +66,24 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
     Raises:
         ValueError: a source that is none of the above, or yields no images.
     """
+    import tensorflow as tf
+
     from keras_vit import data
 
-    height, width, channels = image_shape(model)
+    height, width, channels = model.image_shape if isinstance(model, ServingGraph) else image_shape(model)
     common = {"image_size": (height, width), "channels": channels, "batch_size": 64}
     if source is None:
         rng = np.random.default_rng(0)
         images = rng.uniform(-1, 1, (SEEDED_SAMPLES, height, width, channels)).astype("float32")
         return images, images, None, None
+    if isinstance(source, tf.data.Dataset):
+        images, labels = _take_elements(source, max_samples)
+        if len(images) == 0:
+            raise ValueError("the calibration dataset yielded no images")
+        if images.shape[1:] != (height, width, channels):
+            raise ValueError(f"calibration images must have shape (n, {height}, {width}, {channels}). "
+                             f"Received: images of shape {images.shape}")
+        return images, images, labels, None
     if source == "digits":
         calibration, held_out = data.digits("train", **common), data.digits("validation", **common)
     elif os.path.isdir(str(source)):
@@ -96,6 +110,26 @@ def _is_tfds_name(name):
     import tensorflow_datasets as tfds
 
     return name.split(":")[0].split("/")[0] in tfds.list_builders()
+
+
+def _take_elements(dataset, limit):
+    """Images (float32) and labels (or None) of the first `limit` examples of any dataset layout."""
+    images, labels, count = [], [], 0
+    for element in dataset:
+        batch = np.asarray(_images_of(element), dtype="float32")
+        label = element.get("label") if isinstance(element, dict) else (
+            element[1] if isinstance(element, (tuple, list)) and len(element) > 1 else None)
+        if batch.ndim == 3:
+            batch, label = batch[None], None if label is None else np.asarray(label).reshape(1)
+        images.append(batch)
+        labels.append(None if label is None else np.asarray(label).reshape(-1))
+        count += len(batch)
+        if count >= limit:
+            break
+    if not images:
+        return np.zeros((0,), "float32"), None
+    labels = None if any(label is None for label in labels) else np.concatenate(labels)[:limit]
+    return np.concatenate(images)[:limit], labels
 
 
 def _take(dataset, limit):
@@ -126,19 +160,28 @@ def export_all(
 ):
     """Exports, verifies and writes every requested artifact plus `report.json`.
 
-    Each artifact is written into a hidden staging folder inside
-    `output_dir`, verified in its own runtime against the Keras model (see
-    `export.verify`), and only then moved to its final name
+    One float32 serving graph (`export.signature.ServingGraph`) is traced
+    and written once; every format is converted from it. A model trained
+    under a mixed or low-precision dtype policy (`mixed_bfloat16`,
+    `mixed_float16`, `bfloat16`, `float16`) is exported as the float32
+    computation of its weights, and the report records the policy
+    (`dtype_policy`). Each artifact is written into a hidden staging folder
+    inside `output_dir`, verified in its own runtime against that float32
+    model (see `export.verify`), and only then moved to its final name
     (`saved_model/`, `model_{quantization}.tflite`, `model.onnx`). A failed
-    artifact is deleted; the others still land; `report.json` records all.
+    artifact is deleted; the others still land; `report.json` records all,
+    a conversion failure with its one-line cause first (`failures`) and the
+    converter's output after (`details`).
 
     Args:
-        model: a built keras_vit model.
+        model: a built keras_vit model (any dtype policy; nested in another
+            model too, e.g. `keras.Sequential([vit])`).
         output_dir: folder for the artifacts.
         formats: list or comma string of "saved_model", "tflite", "onnx".
         quantizations: TFLite modes, of `export.tflite.QUANTIZATIONS`.
-        calibration_data: None, "digits", an image folder or a TFDS name
-            (see `load_data`); its held-out split is used for verification.
+        calibration_data: None, "digits", an image folder, a TFDS name or a
+            `tf.data.Dataset` (see `load_data`); its held-out split is used
+            for verification.
         labels: class names (list) or a labels file path (one per line) for
             the TFLite metadata; default: the data set's class names, or
             "0".."n-1".
@@ -174,16 +217,39 @@ def export_all(
     for path in [*targets, os.path.join(output_dir, "report.json"), os.path.join(output_dir, "labels.txt")]:
         _files.check_target(path, overwrite)
 
-    calibration, eval_images, eval_labels, class_names = load_data(calibration_data, model)
-    classes = int(model.output_shape[-1])
-    label_names = _label_names(labels, class_names, classes)
-    if include_preprocessing:  # the artifacts take raw pixels: calibrate them on raw pixels too
-        calibration = (calibration + 1.0) * 127.5
+    started = time.perf_counter()
+    with ServingGraph(model, include_preprocessing) as graph:  # one float32 trace for every artifact
+        if graph.source_policy != "float32":
+            print(f"the model was trained under the dtype policy {graph.source_policy!r}: exporting and verifying "
+                  "the float32 computation of its weights", flush=True)
+        report = _export_verified(graph, output_dir, planned, calibration_data, labels, int8_io_type, opset,
+                                  overwrite, measure_latency)
+    report["export_time_s"] = round(time.perf_counter() - started, 1)
+    with _files.staged(os.path.join(output_dir, "report.json"), overwrite) as tmp:
+        with open(tmp, "w") as f:
+            json.dump(report, f, indent=2)
+    failed = [f"{r['name']}: {'; '.join(r['failures'])}" for r in report["artifacts"] if not r["passed"]]
+    if failed:
+        hint = ""
+        if calibration_data is None and any(decision_failure(r) and r["quantization"] != "float32"
+                                            for r in report["artifacts"]):
+            hint = f" ({NOISE_HINT.format(argument='calibration_data / --calibration-data')})"
+        raise VerificationError("verification failed for " + " | ".join(failed) + hint)
+    return report
 
+
+def _export_verified(graph, output_dir, planned, calibration_data, labels, int8_io_type, opset, overwrite,
+                     measure_latency):
+    """Converts every planned artifact from `graph`, verifies them, moves the good ones, writes labels and report."""
     from export.onnx import export_onnx
     from export.saved_model import export_saved_model
     from export.tflite import export_tflite
 
+    include_preprocessing = graph.include_preprocessing
+    calibration, eval_images, eval_labels, class_names = load_data(calibration_data, graph)
+    label_names = _label_names(labels, class_names, graph.classes)
+    if include_preprocessing:  # the artifacts take raw pixels: calibrate them on raw pixels too
+        calibration = (calibration + 1.0) * 127.5
     os.makedirs(output_dir, exist_ok=True)
     stage = tempfile.mkdtemp(dir=output_dir, prefix=".tmp-export-")
     try:
@@ -192,59 +258,54 @@ def export_all(
             name = artifact_file(fmt, q)
             staged_path = os.path.join(stage, name)
             print(f"exporting {name} ...", flush=True)
-            try:
+            try:  # each is verified below, on the held-out images, all against the same float32 twin
                 if fmt == "saved_model":
-                    export_saved_model(model, staged_path, include_preprocessing)
+                    export_saved_model(graph, staged_path, include_preprocessing, verify=False)
                 elif fmt == "onnx":
-                    export_onnx(model, staged_path, opset, include_preprocessing)
+                    export_onnx(graph, staged_path, opset, include_preprocessing, verify=False)
                 else:
                     export_tflite(
-                        model,
+                        graph,
                         staged_path,
                         quantization=q,
                         representative_data=calibration if q == "int8" else None,
                         io_type=int8_io_type if q == "int8" else "float32",
                         metadata={"labels": label_names},
                         include_preprocessing=include_preprocessing,
+                        verify=False,
                     )
-            except RuntimeError as e:  # a converter wrote something broken: verification of it has failed
-                errors.append({"name": name, "format": fmt, "quantization": q, "passed": False, "failures": [str(e)]})
+            except RuntimeError as e:  # a converter failed or wrote something broken: the first line says why
+                cause, _, details = str(e).partition("\n")
+                print(f"  failed: {cause}", flush=True)
+                errors.append({"name": name, "format": fmt, "quantization": q, "passed": False, "path": None,
+                               "failures": [cause], "details": details[:4000]})
                 continue
             artifacts.append(Artifact(name, fmt, staged_path, q, include_preprocessing))
 
         print(f"verifying {len(artifacts)} artifacts on {len(eval_images)} images ...", flush=True)
-        results = verify(model, artifacts, eval_images, eval_labels, raise_on_failure=False, measure_latency=measure_latency)
+        results = verify(graph, artifacts, eval_images, eval_labels, raise_on_failure=False, measure_latency=measure_latency)
         for row in results:
             final = os.path.join(output_dir, row["name"])
             if row["passed"]:
                 _files.promote(row["path"], final, overwrite)
             row["path"] = final if row["passed"] else None
-        results += errors
         report = {
-            "model": model.name,
-            "input_shape": list(image_shape(model)),
-            "classes": classes,
+            "model": graph.source.name,
+            "dtype_policy": graph.source_policy,
+            "exported_computation": "float32",
+            "input_shape": list(graph.image_shape),
+            "classes": graph.classes,
             "include_preprocessing": include_preprocessing,
-            "calibration_data": calibration_data,
+            "calibration_data": calibration_data if isinstance(calibration_data, (str, type(None))) else "tf.data.Dataset",
             "num_verification_images": int(len(eval_images)),
             "labelled": eval_labels is not None,
-            "artifacts": results,
+            "artifacts": results + errors,
         }
         with _files.staged(os.path.join(output_dir, "labels.txt"), overwrite) as tmp:
             with open(tmp, "w") as f:
                 f.write("\n".join(label_names) + "\n")
-        with _files.staged(os.path.join(output_dir, "report.json"), overwrite) as tmp:
-            with open(tmp, "w") as f:
-                json.dump(report, f, indent=2)
     finally:
         _files.remove(stage)
-    failed = [f"{r['name']}: {'; '.join(r['failures'])}" for r in results if not r["passed"]]
-    if failed:
-        hint = ""
-        if calibration_data is None:
-            hint = (" (calibrated and verified on a seeded batch of random noise, where quantised models "
-                    "often flip near-tied decisions; give real images with calibration_data / --calibration-data)")
-        raise VerificationError("verification failed for " + " | ".join(failed) + hint)
     return report
 
 

@@ -1,39 +1,60 @@
 """SavedModel export with a stable serving signature."""
 
+import shutil
+
 from keras_vit import _files
-from export.signature import INPUT_NAME, OUTPUT_NAME, image_shape, write_saved_model
+from export.signature import INPUT_NAME, OUTPUT_NAME, prepare
+from export.verify import Artifact, check_artifact
 
 
-def export_saved_model(model, path, include_preprocessing=False, overwrite=False):
-    """Writes `model` as a TensorFlow SavedModel folder at `path`.
+def export_saved_model(model, path, include_preprocessing=False, overwrite=False, verify=True, verification_data=None):
+    """Writes `model` as a TensorFlow SavedModel folder at `path`, verified before it lands.
 
     Built with Keras' own `keras.export.ExportArchive` (docs/traps.md: wrapping a
-    Keras 3 model in a `tf.Module` loses its weights in later conversions).
-    The `serving_default` (and `serve`) signature takes `images`, float32
-    `(batch, height, width, channels)` with a dynamic batch, and returns
-    `{"predictions": float32 (batch, classes)}`. Reload with
-    `tf.saved_model.load(path).signatures["serving_default"]` or
+    Keras 3 model in a `tf.Module` loses its weights in later conversions)
+    from the model's float32 serving graph (`export.signature.ServingGraph`:
+    a model trained under a mixed or low-precision dtype policy is exported
+    as its float32 twin). The `serving_default` (and `serve`) signature takes
+    `images`, float32 `(batch, height, width, channels)` with a dynamic
+    batch, and returns `{"predictions": float32 (batch, classes)}`. Reload
+    with `tf.saved_model.load(path).signatures["serving_default"]` or
     `keras.layers.TFSMLayer(path, call_endpoint="serving_default")`.
 
     Args:
-        model: a built keras_vit model (any Keras model with one image input).
+        model: a built keras_vit model (any Keras model with one image
+            input, any dtype policy), or an `export.signature.ServingGraph`.
         path: folder to write; written as a temporary folder beside it and
             renamed into place.
         include_preprocessing: bool, default False. True: `images` are raw
             pixels in [0, 255] and x / 127.5 - 1 runs inside the graph;
             False: `images` are already in [-1, 1].
         overwrite: bool, default False. Replace an existing `path`.
+        verify: bool, default True: run the SavedModel in TensorFlow against
+            the float32 model (`export.verify.TOLERANCES["float32"]`) before
+            moving it into place; False skips it.
+        verification_data: float32 images `(n, h, w, c)` in [-1, 1] to verify
+            on; default a seeded batch of noise.
 
     Returns:
         `path`.
 
     Raises:
         FileExistsError: `path` exists and `overwrite` is False.
-        ValueError: the model has no single fully known image input.
+        ValueError: the model has no single fully known image input, or is
+            Keras-quantised.
+        export.verify.VerificationError: the outputs are NaN/Inf or outside
+            the float32 tolerance; nothing is left at `path`.
     """
-    image_shape(model)
-    with _files.staged(path, overwrite, directory=True) as tmp:
-        write_saved_model(model, tmp, include_preprocessing)
+    _files.check_target(path, overwrite)
+    graph, owned = prepare(model, include_preprocessing)
+    try:
+        with _files.staged(path, overwrite, directory=True) as tmp:
+            shutil.copytree(graph.saved_model_dir(), tmp)
+            if verify:
+                check_artifact(graph, Artifact(path, "saved_model", tmp, "float32", include_preprocessing), verification_data)
+    finally:
+        if owned:
+            graph.close()
     return path
 
 

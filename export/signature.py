@@ -1,17 +1,29 @@
-"""The one serving function every format is converted from.
+"""The one float32 serving graph every format is converted from.
 
 Input `images`: float32 `(batch, height, width, channels)`, in [-1, 1]
 (`keras_vit.preprocess_input` scaling), or raw pixels in [0, 255] when
 `include_preprocessing=True`, in which case the graph computes
 x / 127.5 - 1 first. Output `predictions`: float32 `(batch, classes)`, what
 the Keras model outputs (logits, or probabilities with a softmax head).
+
+A model trained under a low-precision Keras dtype policy (`mixed_bfloat16`,
+`mixed_float16`, `bfloat16`, `float16`) is exported as its *float32 twin*:
+the same architecture rebuilt under the `float32` policy, holding the same
+weights cast to float32. That is the computation the weights define; TFLite
+and ONNX have no bfloat16 kernels for it (docs/traps.md), and it is what
+every artifact is verified against.
 """
 
 import os
+import shutil
+import tempfile
 import zipfile
 
 INPUT_NAME = "images"
 OUTPUT_NAME = "predictions"
+# Keras dtype policies whose compute (or variable) dtype is not float32; their float32 twin is exported.
+LOW_PRECISION_POLICIES = ("mixed_bfloat16", "mixed_float16", "bfloat16", "float16")
+_LOW_PRECISION_DTYPES = ("bfloat16", "float16")
 
 
 def image_shape(model):
@@ -30,11 +42,83 @@ def image_shape(model):
     return tuple(int(d) for d in shape[1:])
 
 
+def _all_layers(model):
+    """Every layer of a model, nested models and sublayers included."""
+    return [layer for layer in model._flatten_layers(include_self=False, recursive=True)]
+
+
+def dtype_policy_name(model):
+    """The Keras dtype policy a model was built (and so trained) under, e.g. "mixed_bfloat16".
+
+    Keras keeps some layers in float32 under mixed precision (the input layer;
+    keras_vit's head); the name returned is that of the other layers: the most
+    common policy other than "float32", or "float32" if there is none.
+    """
+    names = [layer.dtype_policy.name for layer in _all_layers(model) if hasattr(layer, "dtype_policy")]
+    low = [n for n in names if n != "float32"]
+    return max(set(low), key=low.count) if low else "float32"
+
+
+def _to_float32_config(config):
+    """A copy of a serialised model with every float dtype policy and tensor dtype set to float32."""
+    if isinstance(config, list):
+        return [_to_float32_config(c) for c in config]
+    if not isinstance(config, dict):
+        return config
+    if config.get("class_name") in ("DTypePolicy", "FloatDTypePolicy") and "config" in config:
+        return "float32"
+    if "class_name" in config and "DTypePolicy" in str(config.get("class_name")):
+        name = config.get("config", {}).get("name", config["class_name"])
+        raise ValueError(
+            f"the model holds Keras-quantised layers (dtype policy {name!r}); export the float model and choose "
+            "an export quantization (e.g. quantization='int8') instead"
+        )
+    out = {}
+    for key, value in config.items():
+        if key == "dtype" and isinstance(value, str) and value in (*LOW_PRECISION_POLICIES, *_LOW_PRECISION_DTYPES):
+            out[key] = "float32"
+        else:
+            out[key] = _to_float32_config(value)
+    return out
+
+
+def float32_twin(model):
+    """Returns `model` itself if it computes in float32, else its float32 twin.
+
+    The twin is rebuilt from the model's serialised config with every dtype
+    policy set to "float32", and given the model's weights cast to float32
+    (under mixed policies they already are float32; under pure "bfloat16" /
+    "float16" they are rounded values, widened exactly).
+
+    Raises:
+        ValueError: the model holds Keras-quantised layers (`model.quantize`),
+            which have no float32 twin.
+    """
+    import keras
+    import numpy as np
+
+    if dtype_policy_name(model) == "float32":
+        return model
+    config = _to_float32_config(keras.saving.serialize_keras_object(model))
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")
+    try:
+        twin = keras.saving.deserialize_keras_object(config)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    weights = model.get_weights()
+    if len(weights) != len(twin.weights):
+        raise ValueError(f"the float32 twin of {model.name!r} has {len(twin.weights)} weights, the model {len(weights)}")
+    twin.set_weights([w.astype("float32") if w.dtype.kind == "f" or w.dtype.name == "bfloat16" else w for w in map(np.asarray, weights)])
+    return twin
+
+
 def serving_function(model, include_preprocessing=False, batch_size=None):
     """Returns a `tf.function` images -> {"predictions": outputs} and its input signature.
 
     Args:
-        model: a built Keras model with one image input.
+        model: a built float32 Keras model with one image input (see
+            `float32_twin`).
         include_preprocessing: bool; True: inputs are raw pixels in [0, 255].
         batch_size: None (dynamic batch) or a fixed int (1 for mobile
             TFLite files, see docs/traps.md: a dynamic batch splits XNNPACK
@@ -52,29 +136,120 @@ def serving_function(model, include_preprocessing=False, batch_size=None):
     return serve, spec
 
 
-def write_saved_model(model, directory, include_preprocessing=False, batch_size=None):
-    """Writes the serving function as a SavedModel with Keras' `ExportArchive`.
+class ServingGraph:
+    """One float32 serving graph of a model: traced once, written once as a SavedModel.
 
-    docs/traps.md: a `tf.Module` wrapper or `from_concrete_functions` loses the
-    Keras 3 weights; `ExportArchive` tracks them. Signatures
-    `serving_default` and `serve` are the same function.
+    Every export function converts this: `export_saved_model` copies its
+    SavedModel, `export_tflite` converts it with
+    `TFLiteConverter.from_saved_model`, `export_onnx` converts its
+    `tf.function` with tf2onnx. `export_all` builds one and hands it to all.
+
+    Attributes:
+        source: the model given (any dtype policy).
+        model: its float32 twin (`float32_twin`), what artifacts compute
+            and are verified against.
+        source_policy: the dtype policy `source` was built under.
+        image_shape: (height, width, channels).
+        classes: the output width.
+        include_preprocessing: bool; True: inputs are raw pixels in [0, 255].
+        batch_size: None (dynamic batch) or 1.
+        function, input_spec: the serving `tf.function` and its signature.
+
+    Use it as a context manager, or call `close()`, to delete its SavedModel.
+
+    Raises:
+        ValueError: the model has no single fully known image input, or holds
+            Keras-quantised layers.
     """
-    import keras
 
-    serve, _ = serving_function(model, include_preprocessing, batch_size)
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint("serving_default", serve)
-    archive.add_endpoint("serve", serve)
-    archive.write_out(directory, verbose=False)
+    def __init__(self, model, include_preprocessing=False, batch_size=None):
+        self.image_shape = image_shape(model)
+        self.source = model
+        self.source_policy = dtype_policy_name(model)
+        self.model = float32_twin(model)
+        self.classes = int(self.model.output_shape[-1])
+        self.include_preprocessing = bool(include_preprocessing)
+        self.batch_size = batch_size
+        self.function, self.input_spec = serving_function(self.model, include_preprocessing, batch_size)
+        self._work = None
+
+    def saved_model_dir(self):
+        """The SavedModel of the serving function (Keras' `ExportArchive`), written on first use.
+
+        docs/traps.md: a `tf.Module` wrapper or `from_concrete_functions` loses
+        the Keras 3 weights; `ExportArchive` tracks them. Signatures
+        `serving_default` and `serve` are the same function.
+        """
+        import keras
+
+        if self._work is None:
+            work = tempfile.mkdtemp(prefix="keras_vit_serving_")
+            archive = keras.export.ExportArchive()
+            archive.track(self.model)
+            archive.add_endpoint("serving_default", self.function)
+            archive.add_endpoint("serve", self.function)
+            try:
+                archive.write_out(os.path.join(work, "saved_model"), verbose=False)
+            except BaseException:
+                shutil.rmtree(work, ignore_errors=True)
+                raise
+            self._work = work
+        return os.path.join(self._work, "saved_model")
+
+    def predict(self, images):
+        """The float32 twin's outputs, float32 `(n, classes)`, for images in [-1, 1]."""
+        import numpy as np
+
+        return np.asarray(self.model.predict(np.asarray(images, "float32"), verbose=0), dtype="float32")
+
+    def close(self):
+        """Deletes the SavedModel written by `saved_model_dir`."""
+        if self._work is not None:
+            shutil.rmtree(self._work, ignore_errors=True)
+            self._work = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+def prepare(model, include_preprocessing=False, batch_size=None):
+    """Returns `(graph, owned)`: a `ServingGraph` for these settings, and whether the caller must close it.
+
+    `model` may be a Keras model or a `ServingGraph` (reused when its
+    settings match, else rebuilt from its float32 model).
+
+    Raises:
+        ValueError: see `ServingGraph`.
+    """
+    if isinstance(model, ServingGraph):
+        if model.include_preprocessing == bool(include_preprocessing) and model.batch_size == batch_size:
+            return model, False
+        graph = ServingGraph(model.model, include_preprocessing, batch_size)
+        graph.source, graph.source_policy = model.source, model.source_policy
+        return graph, True
+    return ServingGraph(model, include_preprocessing, batch_size), True
+
+
+def contains_layer(model, cls):
+    """True if `model` or any model nested in it has a layer of class `cls`."""
+    return any(isinstance(layer, cls) for layer in _all_layers(model))
 
 
 def load_vit(path):
     """Loads a keras_vit `.keras` model file for export.
 
+    Any model that holds keras_vit's `PatchEncoder` is accepted, nested ones
+    too (e.g. `keras.Sequential([vit])`), as the Python API accepts them.
+
     Raises:
         ValueError: the file is missing, is not a Keras model file, or holds
-            a model without keras_vit's `Patches` / `PatchEncoder` layers.
+            a model without keras_vit's `PatchEncoder` layer.
     """
     import keras
 
@@ -89,7 +264,7 @@ def load_vit(path):
         model = keras.saving.load_model(path)
     except Exception as e:  # any reason the file is not a loadable Keras model
         raise ValueError(f"{path!r} is not a loadable Keras model file ({type(e).__name__}: {str(e)[:200]})") from None
-    if not any(isinstance(layer, PatchEncoder) for layer in model.layers):
+    if not contains_layer(model, PatchEncoder):
         raise ValueError(f"{path!r} holds a Keras model without keras_vit's PatchEncoder: not a keras_vit ViT")
     image_shape(model)
     return model

@@ -2,12 +2,12 @@
 
 import os
 import sys
-import tempfile
 
 import numpy as np
 
 from keras_vit import _files
-from export.signature import image_shape, write_saved_model
+from export.signature import prepare
+from export.verify import Artifact, check_artifact
 
 QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8")
 IO_TYPES = ("float32", "int8", "uint8")
@@ -38,8 +38,9 @@ def representative_samples(data, shape, include_preprocessing=False, max_samples
     """Returns up to `max_samples` calibration images as float32 `(n, *shape)`.
 
     Args:
-        data: a `tf.data.Dataset` (batched or not; `(images, labels)` or
-            images), a NumPy array `(n, height, width, channels)`, or the
+        data: a `tf.data.Dataset` (batched or not; elements `(images,
+            labels)`, images, or TFDS's dicts `{"image": ..., "label": ...}`),
+            a NumPy array `(n, height, width, channels)`, or the
             path of an image folder (one sub-folder per class, read through
             `keras_vit.data.from_directory`). Images must be scaled as the
             artifact's input expects: [-1, 1], or [0, 255] with
@@ -47,7 +48,8 @@ def representative_samples(data, shape, include_preprocessing=False, max_samples
         shape: (height, width, channels) of the model input.
 
     Raises:
-        ValueError: no images, or images of another shape.
+        ValueError: no images, images of another shape, or dataset elements
+            of another layout (the message names the keys expected).
     """
     import tensorflow as tf
 
@@ -60,7 +62,7 @@ def representative_samples(data, shape, include_preprocessing=False, max_samples
     if isinstance(data, tf.data.Dataset):
         chunks, count = [], 0
         for element in data:
-            images = element[0] if isinstance(element, (tuple, list)) else element
+            images = _images_of(element)
             images = np.asarray(images, dtype="float32")
             if images.ndim == len(shape):
                 images = images[None]
@@ -84,6 +86,34 @@ def representative_samples(data, shape, include_preprocessing=False, max_samples
     return samples
 
 
+def _images_of(element):
+    """The images of one dataset element: `(images, labels)`, images, or a TFDS dict with key "image"."""
+    if isinstance(element, dict):
+        if "image" not in element:
+            raise ValueError(
+                "dataset elements that are dicts must hold the images under the key 'image' (TFDS's layout, "
+                f"{{'image': ..., 'label': ...}}). Received: a dict with keys {sorted(element)}"
+            )
+        return element["image"]
+    return element[0] if isinstance(element, (tuple, list)) else element
+
+
+def _strip_location(text):
+    """Drops MLIR's leading `loc(...)` (nested parentheses) and the colon after it."""
+    while text.startswith("loc("):
+        depth = 0
+        for i, char in enumerate(text[3:], start=3):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth == 0:
+                text = text[i + 1 :].lstrip(": ").strip()
+                break
+        else:
+            break
+    if "error:" in text:
+        text = text.split("error:", 1)[1].strip()
+    return text
+
+
 def export_tflite(
     model,
     path,
@@ -95,16 +125,26 @@ def export_tflite(
     batch_size=None,
     overwrite=False,
     progress=True,
+    verify=True,
+    verification_data=None,
 ):
-    """Converts `model` to a `.tflite` file with builtin ops only.
+    """Converts `model` to a `.tflite` file with builtin ops only, verified before it lands.
 
-    Route (docs/traps.md): Keras' `ExportArchive` writes a SavedModel, then
+    Route (docs/traps.md): the model's float32 serving graph
+    (`export.signature.ServingGraph`: a model trained under a mixed or
+    low-precision dtype policy is exported as its float32 twin) is written
+    as a SavedModel with Keras' `ExportArchive`, then
     `tf.lite.TFLiteConverter.from_saved_model` converts it. By default the
     batch is dynamic: the input is `(1, h, w, c)` and can be resized to any
     batch with `resize_tensor_input`. `batch_size=1` fixes it, which keeps
     the graph in fewer XNNPACK partitions (docs/traps.md: a dynamic batch cost
-    about 5% latency) but cannot be resized. The file is loaded in LiteRT (`ai_edge_litert`) and its op
-    list checked: a Select-TF (Flex) or custom op makes the export fail.
+    about 5% latency) but cannot be resized. The file is loaded in LiteRT
+    (`ai_edge_litert`) and its op list checked: a Select-TF (Flex) or custom
+    op makes the export fail. Then, unless `verify=False`, it is run in
+    LiteRT against the float32 model on `verification_data` (default: the
+    calibration images for "int8", else a seeded batch of noise) with the
+    tolerances of `export.verify.TOLERANCES`; only a file that passes is
+    moved to `path`.
 
     Quantisation modes (TensorFlow's post-training quantisation):
         "float32": no quantisation.
@@ -116,7 +156,8 @@ def export_tflite(
     "int16x8" and "16x8" are refused with a ValueError (see `REFUSED`).
 
     Args:
-        model: a built keras_vit model.
+        model: a built keras_vit model (any dtype policy), or an
+            `export.signature.ServingGraph` of one.
         path: `.tflite` file to write (temporary name, then moved).
         quantization: one of `QUANTIZATIONS`.
         representative_data: calibration images for "int8"; see
@@ -130,61 +171,115 @@ def export_tflite(
         overwrite: bool, replace an existing `path`.
         progress: bool, show a Keras progress bar while calibrating (on a
             terminal only).
+        verify: bool, default True; False skips the numeric check (the
+            structural checks always run).
+        verification_data: images in [-1, 1] to verify on (same forms as
+            `representative_data`); default: see above.
 
     Returns:
         `path`.
 
     Raises:
         ValueError: unknown or refused quantization or io_type; "int8"
-            without, or with empty, representative data.
+            without, or with empty, representative data; a model Keras
+            quantised itself.
         FileExistsError: `path` exists and `overwrite` is False.
-        RuntimeError: the conversion fails, or the converted file uses
-            non-builtin (Flex/custom) ops or does not load in LiteRT; nothing
-            is left at `path`.
+        RuntimeError: the conversion fails (the message's first line says
+            why), or the converted file uses non-builtin (Flex/custom) ops or
+            does not load in LiteRT; nothing is left at `path`.
+        export.verify.VerificationError: the file's outputs are outside the
+            mode's tolerance; nothing is left at `path`.
     """
-    import tensorflow as tf
-
     check_quantization(quantization, io_type)
     if batch_size not in (None, 1):
         raise ValueError(f"`batch_size` must be None (dynamic) or 1. Received: batch_size={batch_size!r}")
-    shape = image_shape(model)
-    samples = None
-    if quantization == "int8":
-        if representative_data is None:
-            raise ValueError("quantization='int8' needs representative_data (calibration images)")
-        samples = representative_samples(representative_data, shape, include_preprocessing)
-    _files.check_target(path, overwrite)
+    graph, owned = prepare(model, include_preprocessing, batch_size)
+    try:
+        samples = None
+        if quantization == "int8":
+            if representative_data is None:
+                raise ValueError("quantization='int8' needs representative_data (calibration images)")
+            samples = representative_samples(representative_data, graph.image_shape, include_preprocessing)
+        check_images = None
+        if verification_data is not None:
+            check_images = representative_samples(verification_data, graph.image_shape, max_samples=64)
+        elif samples is not None:  # real images when there are: calibration images, back in [-1, 1]
+            check_images = samples[:64] / 127.5 - 1.0 if include_preprocessing else samples[:64]
+        _files.check_target(path, overwrite)
+        content = convert(graph, quantization, samples, io_type, progress, name=path)
+        if metadata is not None:
+            from export.metadata import write_metadata
 
-    with tempfile.TemporaryDirectory(prefix="keras_vit_tflite_") as work:
-        saved_model_dir = os.path.join(work, "saved_model")
-        write_saved_model(model, saved_model_dir, include_preprocessing, batch_size)
-        converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
-        if quantization == "float16":
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
-            converter.target_spec.supported_types = [tf.float16]
-        elif quantization == "dynamic_int8":
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        elif quantization == "int8":
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
-            converter.representative_dataset = _calibration_generator(samples, progress)
-            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-            if io_type != "float32":
-                converter.inference_input_type = getattr(tf, io_type)
-                converter.inference_output_type = getattr(tf, io_type)
-        try:
-            content = converter.convert()
-        except Exception as e:  # ConverterError and friends: the graph has no builtin-only form
-            raise RuntimeError(f"{path}: TFLite conversion with builtin ops only failed: {str(e)[:500]}") from None
-
-    check_builtin_ops(content, path)
-    if metadata is not None:
-        from export.metadata import write_metadata
-
-        content = write_metadata(content, include_preprocessing=include_preprocessing, **metadata)
-    with _files.staged(path, overwrite) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(content)
+            content = write_metadata(content, include_preprocessing=include_preprocessing, **metadata)
+        with _files.staged(path, overwrite) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(content)
+            if verify:
+                artifact = Artifact(os.path.basename(path), "tflite", tmp, quantization, include_preprocessing)
+                check_artifact(graph, artifact, check_images)
+    finally:
+        if owned:
+            graph.close()
     return path
+
+
+def convert(graph, quantization="float32", samples=None, io_type="float32", progress=True, name="model"):
+    """Converts a `ServingGraph`'s SavedModel to TFLite flatbuffer bytes with builtin ops only.
+
+    Args:
+        graph: an `export.signature.ServingGraph`.
+        quantization: one of `QUANTIZATIONS`.
+        samples: float32 calibration images `(n, h, w, c)` for "int8" (in the
+            artifact's input scale).
+        io_type: "float32", "int8" or "uint8" (int8 only).
+        progress: bool, calibration progress bar on a terminal.
+        name: the artifact's name, for messages.
+
+    Raises:
+        RuntimeError: the converter fails; the message starts with one line
+            that says why (the converter's first error), the full converter
+            output follows; or the file has non-builtin ops.
+    """
+    import tensorflow as tf
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(graph.saved_model_dir())
+    if quantization == "float16":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    elif quantization == "dynamic_int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif quantization == "int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = _calibration_generator(samples, progress)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        if io_type != "float32":
+            converter.inference_input_type = getattr(tf, io_type)
+            converter.inference_output_type = getattr(tf, io_type)
+    try:
+        content = converter.convert()
+    except Exception as e:  # ConverterError and friends: the graph has no builtin-only form
+        raise RuntimeError(
+            f"{name}: TFLite conversion with builtin ops only failed: {conversion_cause(e)}\n"
+            f"converter output:\n{str(e)[:4000]}"
+        ) from None
+    check_builtin_ops(content, name)
+    return content
+
+
+def conversion_cause(error):
+    """One line that says why a converter failed: its first "error:" message, not the MLIR dump around it.
+
+    >>> conversion_cause('<unknown>:0: error: loc(callsite(fused["Erfc:", "f"] at fused["g"])): error: '
+    ...                  "'tf.Erfc' op is neither a custom op nor a flex op\\n<MLIR dump>")
+    "'tf.Erfc' op is neither a custom op nor a flex op"
+    >>> conversion_cause("loc(...): error: 'tf.Transpose' op is neither a custom op nor a flex op\\n<MLIR ...>")
+    "'tf.Transpose' op is neither a custom op nor a flex op"
+    """
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for line in lines:
+        if "error:" in line:
+            return _strip_location(line.split("error:", 1)[1].strip())[:300]
+    return lines[0][:300] if lines else type(error).__name__
 
 
 def _calibration_generator(samples, progress):
