@@ -330,14 +330,17 @@ def _label_names(labels, class_names, classes):
 
 
 def format_table(report):
-    """The report as a Markdown table: artifact, size, max |diff|, cosine, top-1 agreement, accuracy, latency."""
-    head = "| artifact | size MB | max abs diff | cosine | top-1 agreement | accuracy (keras) | latency ms (batch 1) | passed |"
-    rows = [head, "|" + "---|" * 8]
+    """The report as a Markdown table: artifact, size, max |diff| (absolute and relative to the logits), cosine,
+    top-1 agreement (all flips, and decisive flips only), accuracy, latency, passed."""
+    head = ("| artifact | size MB | max abs diff | relative | cosine | top-1 agreement (decisive) | accuracy (keras) "
+            "| latency ms (batch 1) | passed |")
+    rows = [head, "|" + "---|" * 9]
     for r in report["artifacts"]:
         acc = "-" if "accuracy" not in r else f"{r['accuracy']:.4f} ({r['keras_accuracy']:.4f})"
-        fmt = lambda key, spec: format(r[key], spec) if key in r else "-"  # noqa: E731
+        fmt = lambda key, spec: "-" if r.get(key) is None else format(r[key], spec)  # noqa: E731
+        agreement = "-" if r.get("top1_agreement") is None else f"{r['top1_agreement']:.4f} ({r['decisive_top1_agreement']:.4f})"
         rows.append(
-            f"| {r['name']} | {fmt('size_mb', '.3f')} | {fmt('max_abs_diff', '.2e')} | {fmt('cosine', '.6f')} | "
-            f"{fmt('top1_agreement', '.4f')} | {acc} | {fmt('latency_ms_batch1', '.3f')} | {'yes' if r['passed'] else 'NO'} |"
+            f"| {r['name']} | {fmt('size_mb', '.3f')} | {fmt('max_abs_diff', '.2e')} | {fmt('relative_max_abs_diff', '.1e')} | "
+            f"{fmt('cosine', '.6f')} | {agreement} | {acc} | {fmt('latency_ms_batch1', '.3f')} | {'yes' if r['passed'] else 'NO'} |"
         )
     return "\n".join(rows)

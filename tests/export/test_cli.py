@@ -34,7 +34,7 @@ def test_end_to_end_on_digits(trained_vit, tmp_path, capsys):
     assert report["dtype_policy"] == "float32"
     assert (out / "labels.txt").read_text().split() == [str(d) for d in range(10)]
     table = capsys.readouterr().out
-    assert "| artifact | size MB | max abs diff | cosine | top-1 agreement |" in table
+    assert "| artifact | size MB | max abs diff | relative | cosine | top-1 agreement (decisive) |" in table
     assert "| model_int8.tflite |" in table
 
 
