@@ -9,6 +9,11 @@ batch, and `prefetch(AUTOTUNE)`. Each returned dataset yields
 [-1, 1], labels int32 `(batch,)`; it carries the class names as
 `dataset.class_names`, as `keras.utils.image_dataset_from_directory` does,
 and the number of examples (None when unknown) as `dataset.num_examples`.
+
+Channel conversion (all loaders): an alpha channel is dropped (not
+composited), grey is repeated to RGB, and RGB becomes grey by the ITU-R
+601-2 luma `(299 R + 587 G + 114 B) / 1000`, the weights PIL's
+`convert("L")` uses (PIL rounds the result to an integer; this does not).
 """
 
 import os
@@ -107,7 +112,7 @@ def from_arrays(
         labels: int array `(n,)` of class indices, or None for images only.
         image_size: int or (height, width): the model's input size in pixels.
         channels: 1 or 3, default 3. Grey images are repeated to RGB; RGB is
-            converted to grey with `tf.image.rgb_to_grayscale`.
+            converted to grey with the ITU-R 601-2 luma (module doc).
         batch_size: int >= 1; the last batch may be smaller.
         shuffle: bool, default False. Shuffle all examples each epoch.
         augment: None, "crop" (resize to 1.125x, random crop back),
@@ -181,8 +186,33 @@ def from_directory(
 ):
     """Builds the pipeline from a folder with one sub-folder per class.
 
-    Files are found and decoded by `keras.utils.image_dataset_from_directory`
-    (jpeg, png, bmp, gif); class indices follow the sorted sub-folder names.
+    Files are listed and split by `keras.utils.image_dataset_from_directory`
+    (extensions .bmp, .gif, .jpeg, .jpg, .png; class indices follow the
+    sorted sub-folder names; `validation_split` splits a seeded shuffle of
+    the files), then decoded here, so that every colour mode of these
+    formats gives its pixels with either `channels`:
+
+    - JPEG: grey, RGB and CMYK, with the accurate integer IDCT
+      (`dct_method="INTEGER_ACCURATE"`), the one libjpeg's tools and PIL use;
+      TensorFlow's default (fast) IDCT differs by up to 16 levels.
+    - PNG: 1- to 16-bit grey, grey + alpha, RGB, RGBA, palette (with or
+      without transparency). A 16-bit value v is read as v / 257, so that
+      65535 is 255.
+    - BMP: 1-, 4- and 8-bit palette images, 24- and 32-bit, bottom-up or
+      top-down, uncompressed (32-bit also with the standard bit fields).
+    - GIF: the first frame; transparent pixels take their palette colour.
+
+    Channels are then converted as the module doc says (alpha dropped, grey
+    repeated, luma for grey), so each image is PIL's
+    `Image.open(file).convert("RGB")` (or `"L"`, but not rounded to whole
+    levels), read at its own size and resized to `image_size`. Decoding and
+    resizing run in one parallel, deterministic map; `shuffle` shuffles the
+    file names before anything is read.
+
+    Before returning, `from_directory` reads the first bytes of every .bmp
+    and .gif file (not of the JPEG and PNG files): a BMP it cannot decode
+    (RLE-compressed, 16 bits per pixel, an OS/2 header, other bit fields) is
+    refused then, with the file's name.
 
     Args:
         directory: path of the folder, e.g. `photos/` with `photos/cat/*.jpg`
@@ -195,19 +225,24 @@ def from_directory(
             `from_arrays`.
 
     Returns:
-        A `tf.data.Dataset` of `(images, labels)` with `.class_names`.
+        A `tf.data.Dataset` of `(images, labels)`: images float32
+        `(batch, height, width, channels)` in [-1, 1], labels int32
+        `(batch,)`. It has `.class_names`, `.num_examples` and
+        `.file_paths`, the files in the order they are read when `shuffle`
+        is False.
 
     Raises:
         ValueError: the folder does not exist or holds no images, the split
-            leaves a subset empty, or a bad pipeline argument. (A file that
-            has an image extension but does not decode fails later, when the
-            pipeline reads it, with TensorFlow's `InvalidArgumentError`.)
+            leaves a subset empty, a BMP file of a kind it cannot decode, or
+            a bad pipeline argument. (A file that does not decode at all, e.g.
+            one cut short, fails later, when the pipeline reads it, with
+            TensorFlow's `InvalidArgumentError`.)
     """
     import keras
 
     if not os.path.isdir(directory):
         raise ValueError(f"`directory` must be an existing folder. Received: directory={directory!r}")
-    size = _size_pair(image_size)
+    size = _check_pipeline_args(image_size, channels, batch_size, augment, seed)
     found = _count_images(directory)
     if found == 0:
         raise ValueError(
@@ -221,11 +256,10 @@ def from_directory(
                 f"validation_split={validation_split} of the {found} images in {directory!r} leaves an empty "
                 f"{'validation' if held_out == 0 else 'training'} subset; add images or change validation_split"
             )
-    raw = keras.utils.image_dataset_from_directory(
+    # Keras lists and splits the files; its dataset, which would decode them, is never read.
+    listing = keras.utils.image_dataset_from_directory(
         directory,
         labels="inferred",
-        label_mode="int",
-        color_mode="rgb" if channels == 3 else "grayscale",
         batch_size=None,
         image_size=size,
         shuffle=bool(validation_split),
@@ -234,10 +268,171 @@ def from_directory(
         subset=subset,
         verbose=False,
     )
-    class_names = raw.class_names
-    count = int(raw.cardinality())
-    ds = raw.map(lambda x, y: (x, tf.cast(y, tf.int32)))
-    return _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, count)
+    paths, class_names = list(listing.file_paths), listing.class_names
+    index = {name: i for i, name in enumerate(class_names)}  # a file's class: its first folder under `directory`
+    labels = [index[os.path.relpath(path, directory).split(os.sep)[0]] for path in paths]
+    gif_flags = [_check_image_file(path) for path in paths]
+    files = tf.data.Dataset.from_tensor_slices(((paths, np.array(gif_flags, "int32")), np.array(labels, "int32")))
+    decode = _read_image if max(gif_flags, default=-1) >= 0 else lambda path, gif_flag: _read_image(path, None)
+    ds = _finish(files, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(paths), decode)
+    ds.file_paths = paths
+    return ds
+
+
+_BMP_STANDARD_MASKS = (0x00FF0000, 0x0000FF00, 0x000000FF)  # R, G, B of a 32-bit BGRA pixel
+_BMP_COMPRESSIONS = {
+    1: "RLE8 compression", 2: "RLE4 compression", 3: "bit fields", 4: "JPEG compression", 5: "PNG compression",
+    6: "alpha bit fields",
+}
+
+
+def _check_image_file(path):
+    """Reads the start of a .bmp or .gif file; refuses a BMP `_decode_image` cannot decode.
+
+    Returns the byte offset of the transparency flag (bit 0) in the graphic
+    control extension of a GIF's first frame, or -1 (no such flag, or not a
+    GIF). Raises ValueError naming the file for a BMP that `_decode_image`
+    cannot read.
+    """
+    if not path.lower().endswith((".bmp", ".gif")):
+        return -1
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    if head[:2] == b"BM":
+        problem = _bmp_problem(head)
+        if problem:
+            raise ValueError(
+                f"`directory` holds a {problem}, which keras_vit.data cannot decode; convert it, e.g. to PNG. "
+                f"Received: a file {path!r}"
+            )
+    elif head[:4] == b"GIF8":
+        flag = _gif_transparency_flag(head)
+        if flag is None:  # extensions longer than 64 KiB before the first frame
+            with open(path, "rb") as f:
+                flag = _gif_transparency_flag(f.read())
+        return -1 if flag is None else flag
+    return -1
+
+
+def _bmp_problem(head):
+    """None if `_decode_image` reads this BMP header, else what it is ("BMP with ...")."""
+    header_size = int.from_bytes(head[14:18], "little")
+    if 12 <= header_size < 40:
+        return f"BMP with a {header_size}-byte (OS/2) header"
+    if len(head) < 54 or header_size < 40:
+        return "BMP with a damaged or cut-short header"
+    bpp, compression = int.from_bytes(head[28:30], "little"), int.from_bytes(head[30:34], "little")
+    if compression == 0 and bpp in (1, 4, 8, 24, 32):
+        return None
+    masks = tuple(int.from_bytes(head[i : i + 4], "little") for i in (54, 58, 62))
+    if compression == 3 and bpp == 32 and masks == _BMP_STANDARD_MASKS:
+        return None
+    if compression == 0:
+        return f"BMP with {bpp} bits per pixel"
+    kind = _BMP_COMPRESSIONS.get(compression, f"compression type {compression}")
+    if compression == 3:
+        kind += " R, G, B = " + ", ".join(f"{m:#010x}" for m in masks) + " (only 0x00ff0000, 0x0000ff00, 0x000000ff)"
+    return f"BMP with {bpp} bits per pixel and {kind}"
+
+
+def _gif_transparency_flag(head):
+    """Offset of the transparency flag byte of the first frame's graphic control extension, if set.
+
+    Walks the GIF blocks before the first image descriptor: -1 when no
+    graphic control extension there sets the flag, None when `head` ends
+    first.
+    """
+    pos, flag = 13, -1
+    if len(head) < pos:
+        return None
+    if head[10] & 0x80:  # global colour table of 2^(n+1) RGB entries
+        pos += 3 << ((head[10] & 7) + 1)
+    while pos + 2 < len(head):
+        if head[pos] != 0x21:  # an image descriptor (0x2C), the trailer or garbage: done
+            return flag
+        if head[pos + 1] == 0xF9 and head[pos + 2] == 4:  # graphic control extension
+            flag = pos + 3 if head[pos + 3] & 1 else flag
+        pos += 2
+        while pos < len(head) and head[pos]:  # data sub-blocks, each prefixed by its length
+            pos += head[pos] + 1
+        pos += 1
+    return None
+
+
+_ALL_BYTES = bytes(range(256))
+
+
+def _read_image(path, gif_flag):
+    """Reads one image file: float32 `(height, width, c)` in [0, 255], c as stored (1 to 4).
+
+    `gif_flag` >= 0 is the offset of a GIF's transparency flag, cleared
+    before decoding: TensorFlow's GIF decoder makes transparent pixels black,
+    without it they keep their palette colour, as in PIL. None (no file has
+    one) leaves out the test.
+    """
+    contents = tf.io.read_file(path)
+    if gif_flag is None:
+        return _decode_image(contents)
+
+    def without_transparency():
+        flag = tf.io.decode_raw(tf.strings.substr(contents, gif_flag, 1), tf.uint8)[0]
+        cleared = tf.strings.substr(_ALL_BYTES, tf.cast(tf.bitwise.bitwise_and(flag, 0xFE), tf.int32), 1)
+        rest = tf.strings.length(contents) - gif_flag - 1
+        return tf.strings.join(
+            [tf.strings.substr(contents, 0, gif_flag), cleared, tf.strings.substr(contents, gif_flag + 1, rest)]
+        )
+
+    contents = tf.cond(gif_flag >= 0, without_transparency, lambda: contents)
+    return _decode_image(contents)
+
+
+def _decode_image(contents):
+    """Decodes JPEG, PNG, BMP or GIF bytes: float32 `(height, width, c)` in [0, 255], c as stored (1 to 4)."""
+    padded = tf.strings.join([tf.strings.substr(contents, 0, 54), b"\0" * 54])  # 54 bytes even from a shorter file
+    head = tf.io.decode_raw(tf.strings.substr(padded, 0, 54), tf.uint8)
+    is_jpeg = tf.reduce_all(head[:3] == [0xFF, 0xD8, 0xFF])
+    is_png = tf.reduce_all(head[:4] == [0x89, 0x50, 0x4E, 0x47])
+    is_png16 = is_png & (head[24] == 16)  # bit depth in the IHDR chunk
+    is_indexed_bmp = (head[0] == ord("B")) & (head[1] == ord("M")) & (head[28] <= 8) & (head[29] == 0)
+    branch = tf.where(is_jpeg, 1, tf.where(is_png16, 2, tf.where(is_indexed_bmp, 3, 0)))
+    return tf.switch_case(
+        branch,
+        [
+            # PNG up to 8 bits, 24- and 32-bit BMP, GIF (first frame).
+            lambda: tf.cast(tf.io.decode_image(contents, channels=0, expand_animations=False), tf.float32),
+            lambda: tf.cast(tf.io.decode_jpeg(contents, dct_method="INTEGER_ACCURATE"), tf.float32),
+            lambda: tf.cast(tf.io.decode_png(contents, dtype=tf.uint16), tf.float32) / 257.0,  # 65535 -> 255
+            lambda: _decode_indexed_bmp(contents, head),
+        ],
+    )
+
+
+def _decode_indexed_bmp(contents, head):
+    """Decodes an uncompressed 1-, 4- or 8-bit palette BMP (TensorFlow reads 8-bit indices as grey, no fewer bits).
+
+    `head`: the first 54 bytes as uint8. Returns float32 `(height, width, 3)` RGB in [0, 255].
+    """
+    b = tf.cast(head, tf.int64)
+
+    def field(i, n):  # little-endian unsigned int of n bytes at offset i
+        return tf.reduce_sum(b[i : i + n] * tf.constant([1, 1 << 8, 1 << 16, 1 << 24][:n], tf.int64))
+
+    offset, header_size, width, height, bpp, used = (
+        field(10, 4), field(14, 4), field(18, 4), field(22, 4), field(28, 2), field(46, 4)
+    )
+    height = tf.where(height >= 1 << 31, height - (1 << 32), height)  # signed: negative for top-down rows
+    rows, stride, per_byte = tf.abs(height), (width * bpp + 31) // 32 * 4, 8 // bpp
+    levels = tf.bitwise.left_shift(tf.constant(1, tf.int64), bpp)  # 2, 16 or 256 palette indices
+    packed = tf.reshape(tf.io.decode_raw(tf.strings.substr(contents, offset, stride * rows), tf.uint8), [rows, stride])
+    shifts = tf.cast(8 - bpp * (tf.range(per_byte) + 1), tf.uint8)  # most significant bits first
+    indices = tf.bitwise.bitwise_and(tf.bitwise.right_shift(packed[:, :, None], shifts), tf.cast(levels - 1, tf.uint8))
+    indices = tf.reshape(indices, [rows, stride * per_byte])[:, :width]
+    order = tf.range(rows)
+    indices = tf.gather(indices, tf.where(height > 0, rows - 1 - order, order))  # bottom-up rows are stored last first
+    colours = tf.where(used > 0, tf.minimum(used, levels), levels)
+    table = tf.io.decode_raw(tf.strings.substr(contents, 14 + header_size, 4 * colours), tf.uint8)
+    table = tf.pad(tf.reshape(table, [colours, 4])[:, 2::-1], [[0, 256 - colours], [0, 0]])  # BGR0 -> RGB
+    return tf.cast(tf.gather(table, tf.cast(indices, tf.int32)), tf.float32)
 
 
 def _count_images(directory):
@@ -281,6 +476,8 @@ def from_tfds(
 
     Returns:
         A `tf.data.Dataset` of `(images, labels)` with `.class_names`.
+        TFDS images with 1 to 4 channels (grey, grey + alpha, RGB, RGBA) are
+        converted as the module doc says.
 
     Raises:
         ValueError: a bad pipeline argument, or TFDS cannot load the data
@@ -349,29 +546,63 @@ def _augment(image, augment, key, height, width, channels):
     return image
 
 
-def _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, count):
-    """Shuffle, convert, resize, augment, scale, batch and prefetch."""
-    height, width = _size_pair(image_size)
+def _check_pipeline_args(image_size, channels, batch_size, augment, seed):
+    """Checks the arguments every pipeline shares; returns `image_size` as `(height, width)`."""
+    size = _size_pair(image_size)
     check_choice("channels", channels, (1, 3))
     check_positive_int("batch_size", batch_size)
     check_choice("augment", augment, AUGMENTATIONS)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ValueError(f"`seed` must be None or an int >= 0. Received: seed={seed!r}")
+    return size
+
+
+def _to_channels(image, channels):
+    """float32 `(height, width, c)`, c = 1 to 4 (grey, grey + alpha, RGB, RGBA) -> `(height, width, channels)`.
+
+    Drops alpha, repeats grey to RGB, and makes RGB grey with the ITU-R 601-2
+    luma (299 R + 587 G + 114 B) / 1000, PIL's `convert("L")` without its
+    rounding (exact for grey pixels R = G = B). `c` may be unknown until the
+    image is read (decoded files).
+    """
+
+    def from_colour():
+        rgb = image[..., :3]
+        if channels == 3:
+            return rgb
+        return (299.0 * rgb[..., :1] + 587.0 * rgb[..., 1:2] + 114.0 * rgb[..., 2:]) / 1000.0
+
+    def from_grey():
+        return tf.repeat(image[..., :1], channels, axis=-1)
+
+    if image.shape[-1] is not None:
+        return from_colour() if image.shape[-1] >= 3 else from_grey()
+    converted = tf.cond(tf.shape(image)[-1] >= 3, from_colour, from_grey)
+    return tf.ensure_shape(converted, [None, None, channels])
+
+
+def _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, count, decode=None):
+    """Shuffle, (decode), convert, resize, augment, scale, batch and prefetch.
+
+    `decode`, if given, maps each element's image part (a tuple of its
+    arguments, e.g. a file name) to a float32 `(height, width, c)` image; it
+    runs after the shuffle, in the same parallel map as the rest.
+    """
+    height, width = _check_pipeline_args(image_size, channels, batch_size, augment, seed)
 
     if shuffle:
         buffer = count if count and count > 0 else 10_000
         ds = ds.shuffle(min(buffer, 50_000), seed=seed, reshuffle_each_iteration=True)
 
     def prepare(image, *label, key=None):
+        if decode is not None:
+            image = decode(*image)
         image = tf.cast(image, tf.float32)
         if image.shape.rank == 2:
             image = image[..., None]
-        in_channels = image.shape[-1]
-        if in_channels == 1 and channels == 3:
-            image = tf.repeat(image, 3, axis=-1)
-        elif in_channels == 3 and channels == 1:
-            image = tf.image.rgb_to_grayscale(image)
+        # Resize, then convert the channels: both are linear, so the order only changes the cost.
         image = tf.image.resize(image, (height, width), method="bilinear", antialias=True)
+        image = _to_channels(image, channels)
         if augment is not None:
             image = _augment(image, augment, key, height, width, channels)
         image = preprocess_input(image)

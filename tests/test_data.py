@@ -3,6 +3,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
 from keras_vit import data
 
@@ -166,3 +167,43 @@ def test_from_tfds_data_not_prepared(tmp_path):
         data.from_tfds("mnist", split="train", image_size=16, data_dir=str(tmp_path / "empty_tfds"))
     with pytest.raises(ValueError, match=r"cannot load TFDS data set name='no_such_dataset_xyz'"):
         data.from_tfds("no_such_dataset_xyz", split="train", image_size=16)
+
+
+def test_from_directory_keeps_keras_listing_split_and_labels(tmp_path):
+    import keras
+
+    _write_image_folder(tmp_path)
+    (tmp_path / "flower" / "nested").mkdir()  # Keras also lists files in a class folder's sub-folders
+    Image.fromarray(np.full((8, 8, 3), 7, "uint8")).save(tmp_path / "flower" / "nested" / "x.png")
+    for subset in ("training", "validation"):
+        ours = data.from_directory(tmp_path, image_size=16, validation_split=0.3, subset=subset, seed=4)
+        theirs = keras.utils.image_dataset_from_directory(
+            tmp_path, image_size=(16, 16), validation_split=0.3, subset=subset, seed=4, verbose=False
+        )
+        assert ours.file_paths == theirs.file_paths and ours.num_examples == len(theirs.file_paths)
+        labels = np.concatenate([y.numpy() for _, y in ours]).tolist()
+        assert labels == [0 if f"{os.sep}china{os.sep}" in path else 1 for path in ours.file_paths]
+
+
+def test_from_directory_shuffles_images_and_labels_together_and_augments_reproducibly(tmp_path):
+    _write_image_folder(tmp_path)
+
+    def read(ds):
+        x, y = zip(*[(x.numpy(), y.numpy()) for x, y in ds])
+        return np.concatenate(x), np.concatenate(y)
+
+    x0, y0 = read(data.from_directory(tmp_path, image_size=16, batch_size=3))
+    a = data.from_directory(tmp_path, image_size=16, batch_size=3, shuffle=True, seed=2)
+    (xa, ya), (xa2, _) = read(a), read(a)
+    xb, yb = read(data.from_directory(tmp_path, image_size=16, batch_size=3, shuffle=True, seed=2))
+    np.testing.assert_array_equal(xa, xb)
+    order = [int(np.flatnonzero((x0 == x).all(axis=(1, 2, 3)))[0]) for x in xa]
+    assert sorted(order) == list(range(10)) and order != list(range(10))
+    np.testing.assert_array_equal(ya, y0[order])  # each image keeps its label
+    assert not np.array_equal(xa, xa2)  # reshuffled each epoch
+
+    augmented = [read(data.from_directory(tmp_path, image_size=16, augment="crop_flip", seed=0))[0] for _ in range(2)]
+    assert augmented[0].shape == (10, 16, 16, 3)
+    np.testing.assert_array_equal(augmented[0], augmented[1])
+    assert not np.allclose(augmented[0], x0)
+
