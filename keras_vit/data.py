@@ -10,6 +10,13 @@ batch, and `prefetch(AUTOTUNE)`. Each returned dataset yields
 `dataset.class_names`, as `keras.utils.image_dataset_from_directory` does,
 and the number of examples (None when unknown) as `dataset.num_examples`.
 
+Batches are always channels-last, `(batch, height, width, channels)`, the
+only layout keras_vit's models read, whatever
+`keras.config.image_data_format()` says. So that a channels_first setting
+cannot go unnoticed, every pipeline function raises `ValueError` when it is
+"channels_first"; call `keras.config.set_image_data_format("channels_last")`
+first.
+
 Channel conversion (all loaders): an alpha channel is dropped (not
 composited), grey is repeated to RGB, and RGB becomes grey by the ITU-R
 601-2 luma `(299 R + 587 G + 114 B) / 1000`, the weights PIL's
@@ -69,11 +76,15 @@ def digits(split="train", *, image_size=32, channels=3, batch_size=32, shuffle=N
             for "validation".
 
     Returns:
-        A `tf.data.Dataset` of `(images, labels)` (see the module doc).
+        A `tf.data.Dataset` of `(images, labels)`: images float32
+        `(batch, height, width, channels)` (channels-last) in [-1, 1],
+        labels int32 `(batch,)` (see the module doc).
 
     Raises:
-        ValueError: unknown `split`, or a bad pipeline argument.
+        ValueError: unknown `split`, a bad pipeline argument, or
+            `keras.config.image_data_format()` is "channels_first".
     """
+    _check_channels_last("digits")
     check_choice("split", split, ("train", "validation"))
     train, val, class_names = load_digits()
     images, labels = train if split == "train" else val
@@ -129,13 +140,17 @@ def from_arrays(
 
     Returns:
         A `tf.data.Dataset` of `(images, labels)`, or of images when
-        `labels` is None.
+        `labels` is None: images float32 `(batch, height, width, channels)`
+        (channels-last) in [-1, 1], labels int32 `(batch,)`.
 
     Raises:
         ValueError: images of the wrong rank or channel count; labels whose
             length differs from the images', that are not integers, are
-            negative or do not index `class_names`; a bad pipeline argument.
+            negative or do not index `class_names`; a bad pipeline argument;
+            `keras.config.image_data_format()` is "channels_first" (images
+            are always read and yielded channels-last).
     """
+    _check_channels_last("from_arrays")
     images = np.asarray(images)
     if images.ndim == 3:
         images = images[..., None]
@@ -226,20 +241,22 @@ def from_directory(
 
     Returns:
         A `tf.data.Dataset` of `(images, labels)`: images float32
-        `(batch, height, width, channels)` in [-1, 1], labels int32
-        `(batch,)`. It has `.class_names`, `.num_examples` and
+        `(batch, height, width, channels)` (channels-last) in [-1, 1],
+        labels int32 `(batch,)`. It has `.class_names`, `.num_examples` and
         `.file_paths`, the files in the order they are read when `shuffle`
         is False.
 
     Raises:
         ValueError: the folder does not exist or holds no images, the split
-            leaves a subset empty, a BMP file of a kind it cannot decode, or
-            a bad pipeline argument. (A file that does not decode at all, e.g.
-            one cut short, fails later, when the pipeline reads it, with
+            leaves a subset empty, a BMP file of a kind it cannot decode, a bad
+            pipeline argument, or `keras.config.image_data_format()` is
+            "channels_first". (A file that does not decode at all, e.g. one
+            cut short, fails later, when the pipeline reads it, with
             TensorFlow's `InvalidArgumentError`.)
     """
     import keras
 
+    _check_channels_last("from_directory")
     if not os.path.isdir(directory):
         raise ValueError(f"`directory` must be an existing folder. Received: directory={directory!r}")
     size = _check_pipeline_args(image_size, channels, batch_size, augment, seed)
@@ -475,15 +492,19 @@ def from_tfds(
             `from_arrays`.
 
     Returns:
-        A `tf.data.Dataset` of `(images, labels)` with `.class_names`.
-        TFDS images with 1 to 4 channels (grey, grey + alpha, RGB, RGBA) are
-        converted as the module doc says.
+        A `tf.data.Dataset` of `(images, labels)` with `.class_names`:
+        images float32 `(batch, height, width, channels)` (channels-last) in
+        [-1, 1], labels int32 `(batch,)`. TFDS images with 1 to 4 channels
+        (grey, grey + alpha, RGB, RGBA) are converted as the module doc says.
 
     Raises:
-        ValueError: a bad pipeline argument, or TFDS cannot load the data
-            (unknown name or split, data not prepared in `data_dir`); the
-            message names the data set, split and folder.
+        ValueError: a bad pipeline argument, `keras.config.image_data_format()`
+            is "channels_first", or TFDS cannot load the data (unknown name
+            or split, data not prepared in `data_dir`); the message names the
+            data set, split and folder.
     """
+    _check_channels_last("from_tfds")
+    _check_pipeline_args(image_size, channels, batch_size, augment, seed)
     import tensorflow_datasets as tfds
 
     try:
@@ -555,6 +576,20 @@ def _check_pipeline_args(image_size, channels, batch_size, augment, seed):
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ValueError(f"`seed` must be None or an int >= 0. Received: seed={seed!r}")
     return size
+
+
+def _check_channels_last(function):
+    """Raises ValueError when the global Keras image data format is not channels_last."""
+    import keras
+
+    data_format = keras.config.image_data_format()
+    if data_format != "channels_last":
+        raise ValueError(
+            f"keras_vit.data.{function} yields channels-last batches (batch, height, width, channels), the only "
+            "layout keras_vit models read: keras_vit models are channels_last. Call "
+            "keras.config.set_image_data_format('channels_last') before building the pipeline. "
+            f"Received: keras.config.image_data_format()={data_format!r}"
+        )
 
 
 def _to_channels(image, channels):

@@ -207,3 +207,30 @@ def test_from_directory_shuffles_images_and_labels_together_and_augments_reprodu
     np.testing.assert_array_equal(augmented[0], augmented[1])
     assert not np.allclose(augmented[0], x0)
 
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda tmp: data.digits("validation"),
+        lambda tmp: data.from_arrays(np.zeros((2, 4, 4, 3)), None, image_size=4),
+        lambda tmp: data.from_directory(tmp / "missing", image_size=4),  # before the folder is looked at
+        lambda tmp: data.from_tfds("no_such_dataset_xyz", split="train", image_size=4),  # before TFDS is asked
+    ],
+    ids=["digits", "from_arrays", "from_directory", "from_tfds"],
+)
+def test_channels_first_is_refused_up_front(tmp_path, build):
+    import keras
+
+    before = keras.config.image_data_format()
+    keras.config.set_image_data_format("channels_first")
+    try:
+        with pytest.raises(
+            ValueError,
+            match=r"^keras_vit\.data\.\w+ yields channels-last batches \(batch, height, width, channels\), .*"
+            r"keras_vit models are channels_last. Call keras.config.set_image_data_format\('channels_last'\) .*"
+            r"Received: keras.config.image_data_format\(\)='channels_first'$",
+        ):
+            build(tmp_path)
+    finally:
+        keras.config.set_image_data_format(before)
+    assert keras.config.image_data_format() == "channels_last"
