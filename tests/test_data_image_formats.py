@@ -198,3 +198,13 @@ def test_animated_gif_gives_its_first_frame_with_transparent_pixels_in_palette_c
         frames[0].save(path, save_all=True, append_images=frames[1:], transparency=3, duration=100, loop=0)
         assert Image.open(path).n_frames == 2
     _check_pixels(tmp_path, files, 3, 0.0)
+
+
+def test_image_folder_benchmark_runs(capsys):
+    from benchmarks import image_folder
+
+    image_folder.main(["--images", "4", "--size", "32", "--image-size", "8", "--epochs", "1", "--batch-size", "2"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    names = ["keras_vit.data.from_directory", "keras.utils.image_dataset_from_directory"]
+    assert [row[:2] for row in rows] == [["8", name] for name in names]
+    assert all(float(row[2]) > 0 and float(row[3]) > 0 for row in rows)  # images/s, CPU ms per image
