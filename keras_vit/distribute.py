@@ -104,18 +104,31 @@ def choose_xla(xla, strategy, precision):
 
     Returns:
         (jit_compile, reason): a bool, and a sentence saying why XLA is off when "auto" turned it off (else None).
-        "auto" is on except (1) when the strategy all-reduces across CPU devices, which XLA cannot compile, and
-        (2) for mixed_bfloat16 on CPUs only: XLA:CPU's bfloat16 matrix products use no bfloat16 hardware (AMX,
+        "auto" is on except (1) when TensorFlow's op determinism is on (`TF_DETERMINISTIC_OPS=1` or
+        `tf.config.experimental.enable_op_determinism()`), under which Keras 3.15 never compiles with XLA,
+        (2) when the strategy all-reduces across CPU devices, which XLA cannot compile, and
+        (3) for mixed_bfloat16 on CPUs only: XLA:CPU's bfloat16 matrix products use no bfloat16 hardware (AMX,
         AVX512-BF16) while TensorFlow's oneDNN kernels do, so ViT-B/16 trains 1.7-1.9x faster without XLA on
         such a CPU (benchmarks/README.md).
 
     Raises:
-        ValueError: `xla` is not one of the three, or "on" under a strategy that needs CPU collectives.
+        ValueError: `xla` is not one of the three, or "on" under op determinism or under a strategy that needs
+            CPU collectives.
     """
+    from keras_vit.training import op_determinism_enabled
+
     if xla not in ("auto", "on", "off"):
         raise ValueError(f"`xla` must be 'auto', 'on' or 'off'. Received: xla={xla!r}")
     if xla == "off":
         return False, None
+    if op_determinism_enabled():
+        if xla == "on":
+            raise ValueError("--xla on: TensorFlow's op determinism is on (TF_DETERMINISTIC_OPS=1 or "
+                             "tf.config.experimental.enable_op_determinism()), and Keras never compiles with XLA "
+                             "then (use --xla auto or off to train deterministically without XLA, or unset "
+                             "TF_DETERMINISTIC_OPS to train with XLA)")
+        return False, ("op determinism is on (TF_DETERMINISTIC_OPS=1): training deterministically without XLA, "
+                       "which Keras turns off under op determinism (unset TF_DETERMINISTIC_OPS to train with XLA)")
     if needs_cpu_collectives(strategy):
         if xla == "on":
             raise ValueError("--xla on: TensorFlow cannot compile cross-replica collectives for CPU devices with XLA "
