@@ -76,7 +76,8 @@ def build_parser():
     t.add_argument("--augment", choices=["none", "crop", "crop_flip", "affine"], default=None,
                    help="default: affine (small rotations and zooms) for digits, crop for other data")
     t.add_argument("--precision", choices=["float32", "mixed_bfloat16", "mixed_float16"], default="float32",
-                   help="mixed_float16 adds dynamic loss scaling")
+                   help="Keras dtype policy; the mixed ones compute in 16 bits and keep float32 weights, mixed_float16 "
+                   "adds dynamic loss scaling (pure bfloat16/float16 weights are refused: most updates round away)")
     t.add_argument("--strategy", choices=["default", "mirrored", "multi_worker", "tpu"], default="default",
                    help="tf.distribute strategy: one device, all local GPUs, workers from TF_CONFIG, or a TPU "
                    "(--batch-size is the global batch); see docs/scaling.md")
@@ -88,7 +89,8 @@ def build_parser():
                    help="back up every N steps instead of every epoch (a resumed run restarts its epoch)")
     t.add_argument("--xla", choices=["auto", "on", "off"], default="auto",
                    help="compile the train step with XLA (jit_compile). auto: on, except for mixed_bfloat16 on "
-                   "CPUs and for several CPU replicas, where it is slower or cannot compile")
+                   "CPUs and for several CPU replicas, where it is slower or cannot compile, and under op "
+                   "determinism (TF_DETERMINISTIC_OPS=1), where Keras turns XLA off")
     t.add_argument("--no-xla", dest="xla", action="store_const", const="off", help="the same as --xla off")
     t.add_argument("--seed", type=int, default=0)
 

@@ -46,6 +46,7 @@ def test_refuses_to_overwrite_without_flag(tmp_path, capsys):
         (["--variant", "ViTTi16", "--hidden-size", "8"], "--variant ViTTi16 fixes the architecture"),
         (["--image-size", "0"], "`image_size` must be a positive int or a (height, width) pair. Received: image_size=0"),
         (["--image-folder", "/nonexistent/photos"], "`directory` must be an existing folder"),
+        (["--precision", "bfloat16"], "argument --precision: invalid choice: 'bfloat16'"),  # mixed_bfloat16 listed
     ],
 )
 def test_bad_input_exits_2_with_message(tmp_path, capsys, args, message):
@@ -101,3 +102,60 @@ def test_image_folder(tmp_path):
     out = tmp_path / "run"
     assert train.main([*TINY, "--image-folder", str(tmp_path / "photos"), "--output-dir", str(out), "--batch-size", "4"]) == 0
     assert json.loads((out / "metrics.json").read_text())["class_names"] == ["china", "flower"]
+
+
+def _one_epoch():
+    args = list(TINY)
+    args[args.index("--epochs") + 1], args[args.index("--warmup-epochs") + 1] = "1", "0"
+    return args
+
+
+def test_mixed_float16_trains_with_loss_scaling(tmp_path, policy):
+    import keras
+    import numpy as np
+
+    from keras_vit import training
+
+    out = tmp_path / "run"
+    assert train.main([*_one_epoch(), "--precision", "mixed_float16", "--batch-size", "256", "--output-dir", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["precision"] == "mixed_float16" and metrics["jit_compile"] is True
+    history = json.loads((out / "history.json").read_text())
+    assert np.all(np.isfinite(history["loss"])) and np.isfinite(metrics["loss"])
+    policy("float32")  # the run set mixed_float16 globally; the model file carries its own policy
+    model = keras.saving.load_model(out / "model.keras")
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert type(model.optimizer.inner_optimizer) is training.AdamW
+    # 1 epoch: 1,437 images in 6 batches. Each step whose float16 gradients overflow is skipped and halves the
+    # loss scale (2 ** 15 at first; it grows only after 2,000 good steps): the state came back with the model.
+    skipped = np.log2(2.0**15 / float(model.optimizer.dynamic_scale))
+    assert skipped == int(skipped) and int(model.optimizer.iterations) + skipped == 6 and skipped < 6
+    assert model.get_layer("patch_encoder").compute_dtype == "float16"
+
+
+DETERMINISTIC_CLI = r"""
+import sys
+from keras_vit import train
+out, args = sys.argv[1], sys.argv[2:]
+try:
+    train.main([*args, "--output-dir", out + "/on", "--xla", "on"])
+except SystemExit as e:
+    print("XLA_ON_EXIT", e.code, flush=True)
+sys.exit(train.main([*args, "--output-dir", out + "/auto"]))
+"""
+
+
+def test_tf_deterministic_ops_trains_without_xla_and_says_why(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_DETERMINISTIC_OPS": "1"}
+    run = subprocess.run([sys.executable, "-c", DETERMINISTIC_CLI, str(tmp_path), *_one_epoch()], capture_output=True,
+                         text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "XLA_ON_EXIT 2" in run.stdout and "Traceback" not in run.stderr
+    assert "keras-vit-train: error: --xla on: TensorFlow's op determinism is on" in run.stderr
+    assert not (tmp_path / "on").exists()
+    assert "--xla auto: op determinism is on (TF_DETERMINISTIC_OPS=1): training deterministically without XLA" in run.stderr
+    metrics = json.loads((tmp_path / "auto" / "metrics.json").read_text())
+    assert metrics["jit_compile"] is False and metrics["xla"] == "auto"
