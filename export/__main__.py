@@ -13,6 +13,7 @@ import sys
 
 from export.pipeline import FORMATS
 from export.tflite import QUANTIZATIONS
+from keras_vit import _console
 
 
 def build_parser():
@@ -32,6 +33,7 @@ def build_parser():
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     p.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     p.add_argument("--overwrite", action="store_true", help="replace existing artifacts")
+    _console.add_verbose_argument(p)
     return p
 
 
@@ -39,6 +41,7 @@ def main(argv=None):
     """Console entry point; returns 0, or exits 1 (verification failed) or 2 (bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
     # SIGTERM unwinds like Ctrl-C, so that the staging folder is removed on the way out.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     from export.pipeline import export_all, format_table, parse_list

@@ -1,6 +1,10 @@
 """keras_vit: the Vision Transformer (arXiv:2010.11929) for Keras 3."""
 
-from keras_vit import layers
+from keras_vit import _console
+
+_console.quiet_start()  # before TensorFlow loads; a no-op unless this process is a keras-vit-* command line
+
+from keras_vit import layers  # noqa: E402
 from keras_vit.models import (
     VisionTransformer,
     ViTB8,

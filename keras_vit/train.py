@@ -27,7 +27,7 @@ import signal
 import sys
 import time
 
-from keras_vit import _files
+from keras_vit import _console, _files
 
 DEFAULTS = {
     "image_size": 16,
@@ -97,7 +97,9 @@ def build_parser():
     o = p.add_argument_group("output")
     o.add_argument("--output-dir", default="runs/train", help="folder for model.keras and the metrics")
     o.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run")
-    o.add_argument("--verbose", type=int, choices=[0, 1, 2], default=1, help="Keras progress bar (1), one line per epoch (2)")
+    o.add_argument("--verbose", type=int, choices=[0, 1, 2], default=1,
+                   help="silent (0), Keras progress bar and the device line (1), one line per epoch and TensorFlow's "
+                   "own log, unfiltered (2)")
     return p
 
 
@@ -344,6 +346,7 @@ def main(argv=None):
     """Console entry point; returns the process exit code (0 ok, 2 bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
     # SIGTERM unwinds like Ctrl-C, so that temporary files are removed on the way out.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:

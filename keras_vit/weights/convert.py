@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from keras_vit import _console
 from keras_vit._validation import check_bool, check_positive_int
 from keras_vit.weights.layouts import CheckpointError, read_checkpoint
 from keras_vit.weights.loader import infer_config, load_pretrained
@@ -126,6 +127,7 @@ def main(argv=None):
     parser.add_argument("--interpolation", choices=("bilinear", "bicubic"), default="bilinear")
     parser.add_argument("--antialias", action="store_true")
     parser.add_argument("--overwrite", action="store_true")
+    _console.add_verbose_argument(parser)
     args = parser.parse_args(argv)
     image_size = None
     if args.image_size:
@@ -136,6 +138,7 @@ def main(argv=None):
         except ValueError:
             parser.error(f"--image-size must be N or HxW. Received: {args.image_size!r}")
         image_size = parts[0] if len(parts) == 1 else tuple(parts)
+    _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
     try:
         output, config, report = convert(
             args.source, args.output, image_size=image_size, include_top=not args.no_top, classes=args.classes,
