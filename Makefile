@@ -29,7 +29,7 @@ $(STAMP): setup.cfg pyproject.toml Makefile
 install: system-deps $(STAMP)
 
 demo: install
-	$(PY) -m keras_vit.train --output-dir runs/demo --overwrite --verbose 2
+	$(PY) -m keras_vit.train --output-dir runs/demo --overwrite
 	$(PY) -m export runs/demo/model.keras --calibration-data digits --output-dir runs/demo/export --overwrite
 
 test: install
