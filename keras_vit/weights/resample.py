@@ -54,8 +54,17 @@ def resample_position_embedding(
     `scipy.ndimage.zoom(grid, zoom, order=1)` (google-research/
     vision_transformer `checkpoint.py`, vit-keras `apply_embedding_weights`):
     corner-aligned linear interpolation, no antialiasing. `"bicubic"` uses
-    `tf.image.resize(method="bicubic", antialias=antialias)` (half-pixel
-    centres, as timm's `resample_abs_pos_embed`).
+    `tf.image.resize(method="bicubic", antialias=antialias)`: Keys' cubic
+    kernel (a = -0.5) at half-pixel centres, taps outside the grid dropped
+    and the rest renormalised. With `antialias=True` the kernel is widened by
+    the scale when downsampling; this equals PIL's `Image.resize(BICUBIC)`
+    and PyTorch's `interpolate(mode="bicubic", antialias=True)`, which timm's
+    `resample_abs_pos_embed` calls by default (within 4e-6 on unit-variance
+    tables, tests/weights/test_resample.py). Without it, TensorFlow rounds
+    sub-pixel offsets to a 1024-step table (up to 2e-3 from the exact
+    kernel) and does not widen the kernel; this is not timm's
+    `antialias=False` (PyTorch's bicubic uses a = -0.75 and clamps at the
+    border: up to 0.3 apart on such tables).
 
     Args:
         position_embedding: array (1, num_prefix_tokens + rows * cols, D) or

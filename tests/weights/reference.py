@@ -7,9 +7,13 @@
   `no_embed_class=True`, the embedding step of timm's `no_embed_class` models
   (timm `VisionTransformer._pos_embed`: `x = x + pos_embed`, then the class
   token is concatenated in front) and big_vision's `vit.py`.
+- `zoom_patch_rows`: the reference code's position-embedding resampling
+  (`scipy.ndimage.zoom(grid, zoom, order=1)`, google-research/vision_transformer).
+- `keys_cubic_resize`: bicubic resampling written from Keys (1981), in float64.
 """
 
 import numpy as np
+import scipy.ndimage
 from scipy.special import erf
 
 
@@ -76,12 +80,13 @@ def _softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
-def forward(a, images, layers, no_embed_class=False):
+def forward(a, images, layers, no_embed_class=False, eps=1e-6):
     """Logits (batch, classes) of a token-classifier ViT, float64, from Google-layout arrays `a`.
 
     images: (batch, H, W, C) in whatever range the weights expect.
     no_embed_class: the position table has rows for the patches only and is
         added before the class token is prepended (timm, big_vision).
+    eps: LayerNorm epsilon (1e-6 in the JAX originals, 1e-12 in Hugging Face configs).
     """
     x = np.asarray(images, np.float64)
     kernel = a["embedding/kernel"].astype(np.float64)
@@ -99,7 +104,7 @@ def forward(a, images, layers, no_embed_class=False):
         pre = f"Transformer/encoderblock_{i}"
         att = f"{pre}/MultiHeadDotProductAttention_1"
         # Eq. 2: z' = MSA(LN(z)) + z
-        y = _layer_norm(z, a[f"{pre}/LayerNorm_0/scale"], a[f"{pre}/LayerNorm_0/bias"])
+        y = _layer_norm(z, a[f"{pre}/LayerNorm_0/scale"], a[f"{pre}/LayerNorm_0/bias"], eps)
         q = np.einsum("bnd,dhk->bhnk", y, a[f"{att}/query/kernel"]) + a[f"{att}/query/bias"][:, None, :]
         k = np.einsum("bnd,dhk->bhnk", y, a[f"{att}/key/kernel"]) + a[f"{att}/key/bias"][:, None, :]
         v = np.einsum("bnd,dhk->bhnk", y, a[f"{att}/value/kernel"]) + a[f"{att}/value/bias"][:, None, :]
@@ -107,11 +112,62 @@ def forward(a, images, layers, no_embed_class=False):
         heads = weights @ v
         z = np.einsum("bhnk,hkd->bnd", heads, a[f"{att}/out/kernel"]) + a[f"{att}/out/bias"] + z
         # Eq. 3: z = MLP(LN(z')) + z'
-        y = _layer_norm(z, a[f"{pre}/LayerNorm_2/scale"], a[f"{pre}/LayerNorm_2/bias"])
+        y = _layer_norm(z, a[f"{pre}/LayerNorm_2/scale"], a[f"{pre}/LayerNorm_2/bias"], eps)
         y = _gelu(y @ a[f"{pre}/MlpBlock_3/Dense_0/kernel"] + a[f"{pre}/MlpBlock_3/Dense_0/bias"])
         z = y @ a[f"{pre}/MlpBlock_3/Dense_1/kernel"] + a[f"{pre}/MlpBlock_3/Dense_1/bias"] + z
     # Eq. 4: y = LN(z_L^0)
-    rep = _layer_norm(z[:, 0], a["Transformer/encoder_norm/scale"], a["Transformer/encoder_norm/bias"])
+    rep = _layer_norm(z[:, 0], a["Transformer/encoder_norm/scale"], a["Transformer/encoder_norm/bias"], eps)
     if "pre_logits/kernel" in a:
         rep = np.tanh(rep @ a["pre_logits/kernel"] + a["pre_logits/bias"])
     return rep @ a["head/kernel"] + a["head/bias"]
+
+
+def zoom_patch_rows(table, source, target):
+    """Resamples (1, rows * cols, D) patch rows from grid `source` to `target` as the reference code does.
+
+    google-research/vision_transformer `checkpoint.py` (and vit-keras'
+    `apply_embedding_weights`): `scipy.ndimage.zoom(grid, zoom, order=1)`,
+    corner-aligned linear interpolation, no antialiasing.
+    """
+    grid = np.asarray(table)[0].reshape(source[0], source[1], -1)
+    out = scipy.ndimage.zoom(grid, (target[0] / source[0], target[1] / source[1], 1), order=1)
+    return out.reshape(1, target[0] * target[1], -1)
+
+
+def _keys(t, a=-0.5):
+    """Keys' cubic convolution kernel (IEEE Trans. ASSP 29(6), 1981, Eq. 15) with a = -0.5."""
+    t = np.abs(t)
+    near = (a + 2) * t**3 - (a + 3) * t**2 + 1
+    far = a * t**3 - 5 * a * t**2 + 8 * a * t - 4 * a
+    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+
+
+def _cubic_weights(n_in, n_out, antialias, table_size):
+    """(n_out, n_in) weights of one axis: half-pixel centres, taps outside the input dropped, rows summing to 1."""
+    scale = n_out / n_in
+    widen = 1.0 / scale if antialias and scale < 1 else 1.0  # antialiasing: the kernel stretched over 1/scale pixels
+    m = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        centre = (i + 0.5) / scale - 0.5
+        if table_size:  # sub-pixel offsets rounded to a table of `table_size` steps per pixel
+            whole = np.floor(centre)
+            centre = whole + np.rint((centre - whole) * table_size) / table_size
+        for j in range(int(np.floor(centre - 2 * widen)), int(np.ceil(centre + 2 * widen)) + 1):
+            if 0 <= j < n_in:
+                m[i, j] += _keys((j - centre) / widen)
+    return m / m.sum(1, keepdims=True)
+
+
+def keys_cubic_resize(grid, target, antialias, table_size=None):
+    """Separable bicubic resize of a (rows, cols, D) grid to `target` (rows, cols), float64.
+
+    The Keys kernel (a = -0.5) at half-pixel centres; taps that fall outside
+    the grid are dropped and the remaining weights renormalised to sum to 1.
+    `antialias=True` widens the kernel by the scale when downsampling (as
+    PIL's `Image.resize(..., BICUBIC)` does). `table_size`: round each output
+    pixel's sub-pixel offset to 1/table_size of a pixel (a coefficient table).
+    """
+    grid = np.asarray(grid, np.float64)
+    rows = _cubic_weights(grid.shape[0], target[0], antialias, table_size)
+    cols = _cubic_weights(grid.shape[1], target[1], antialias, table_size)
+    return np.einsum("ij,jkd,lk->ild", rows, grid, cols)

@@ -8,7 +8,6 @@ tests/weights/reference.py, whose embedding step follows timm's `_pos_embed` (`n
 
 import numpy as np
 import pytest
-import scipy.ndimage
 
 import keras_vit
 from keras_vit.weights import CheckpointError, infer_config, load_pretrained, resample_position_embedding
@@ -54,13 +53,6 @@ def test_table_without_class_row_loads_exactly(grid):
     np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-5, rtol=0)
 
 
-def _zoom(table, source, target):
-    """Corner-aligned linear resampling of (1, rows * cols, D) patch rows, as the reference code does."""
-    grid = table[0].reshape(source[0], source[1], -1)
-    out = scipy.ndimage.zoom(grid, (target[0] / source[0], target[1] / source[1], 1), order=1)
-    return out.reshape(1, target[0] * target[1], -1)
-
-
 @pytest.mark.parametrize("source,target,source_grid", [
     ((4, 4), (1, 1), None),
     ((1, 1), (4, 4), None),
@@ -75,7 +67,7 @@ def test_table_without_class_row_resamples(source, target, source_grid):
     _check_no_class_row_message(report, source[0] * source[1], source)
     resampled = [m for m in report.messages if m.startswith("Resampled")]
     assert len(resampled) == 1 and "class token row kept" not in resampled[0]
-    expected_rows = _zoom(arrays[POS], source, target)
+    expected_rows = reference.zoom_patch_rows(arrays[POS], source, target)
     if source == (1, 1):  # one position, spread over every patch
         np.testing.assert_allclose(expected_rows, np.broadcast_to(arrays[POS], expected_rows.shape))
     np.testing.assert_array_equal(_table(model)[:, 0], 0)
@@ -139,7 +131,7 @@ def test_a_count_that_fits_two_readings_is_reported_and_source_grid_decides():
     assert report.resampled == ((3, 3), (2, 4))
     _check_no_class_row_message(report, 9, (3, 3))
     np.testing.assert_array_equal(_table(model)[:, 0], 0)
-    np.testing.assert_allclose(_table(model)[:, 1:], _zoom(arrays[POS], (3, 3), (2, 4)), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(_table(model)[:, 1:], reference.zoom_patch_rows(arrays[POS], (3, 3), (2, 4)), atol=1e-6, rtol=0)
 
 
 def test_grid_errors_name_only_what_the_caller_gave():
