@@ -230,3 +230,26 @@ def test_a_conversion_failure_says_why_in_its_first_line(tmp_path):
     assert first.endswith("m.tflite: TFLite conversion with builtin ops only failed: "
                           "'tf.Erfc' op is neither a custom op nor a flex op")
     assert not os.listdir(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_train_then_export_under_a_mixed_policy_from_the_command_line(policy, tmp_path, capsys):
+    """Issue 12's flow: keras-vit-train --precision P, then keras-vit-export of its model.keras, every artifact passed."""
+    from keras_vit import train
+
+    run = tmp_path / "mp"
+    # 15 epochs without augmentation: ~90% held-out accuracy, decisive enough for the int8 agreement bar (97%)
+    tiny = ["--image-size", "16", "--patch-size", "4", "--hidden-size", "32", "--num-layers", "1", "--num-heads", "2",
+            "--mlp-dim", "64", "--epochs", "15", "--warmup-epochs", "1", "--augment", "none", "--learning-rate", "3e-3",
+            "--verbose", "0"]
+    assert train.main([*tiny, "--precision", policy, "--output-dir", str(run)]) == 0
+    assert cli.main([str(run / "model.keras"), "--calibration-data", "digits", "--output-dir", str(run / "export"),
+                     "--no-latency"]) == 0
+    assert f"trained under the dtype policy '{policy}'" in capsys.readouterr().out
+    report = json.loads((run / "export" / "report.json").read_text())
+    assert report["dtype_policy"] == policy and len(report["artifacts"]) == 6
+    rows = {r["name"]: r for r in report["artifacts"]}
+    assert all(r["passed"] for r in rows.values()), rows
+    for name in ("saved_model", "model_float32.tflite", "model.onnx"):
+        assert rows[name]["relative_max_abs_diff"] <= 2e-5
