@@ -1,9 +1,13 @@
 """keras_vit with loaded weights against independent implementations (issue 4, "Proof of equivalence").
 
 Judges: a NumPy forward pass from the paper's equations (tests/weights/reference.py),
-the vit-keras package's own `.npz` loader, and Hugging Face transformers'
+the vit-keras package's own `.npz` loader (for files in Google's layout, and for
+the files `save_checkpoint` writes), and Hugging Face transformers'
 ViTForImageClassification (PyTorch).
 """
+
+import contextlib
+import warnings
 
 import numpy as np
 import pytest
@@ -14,7 +18,7 @@ import vit_keras.utils as vit_keras_utils
 import vit_keras.vit as vit_keras
 
 import keras_vit
-from keras_vit.weights import load_pretrained
+from keras_vit.weights import load_pretrained, save_checkpoint
 from tests.weights import reference, torch_layouts
 
 TINY = dict(patch_size=4, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
@@ -46,24 +50,26 @@ def test_numpy_reference_forward_agrees(tmp_path, representation):
 # ----------------------------------------------------------------------------- vit-keras
 
 
-def _vit_keras_model(path, image_size, patch=16, classes=5):
+def _vit_keras_model(path, image_size, patch=16, classes=5, representation_size=None):
+    """vit-keras' ViT with a file read by vit-keras' own loader of Google's `.npz` checkpoints (224 px files)."""
     model = vit_keras.build_model(
         image_size=image_size, patch_size=patch, num_layers=2, hidden_size=32, num_heads=4, name="vk",
         mlp_dim=64, classes=classes, dropout=0.0, activation="linear", include_top=True,
+        representation_size=representation_size,
     )
     h, w = image_size if isinstance(image_size, tuple) else (image_size, image_size)
-    with pytest.warns(UserWarning) if (h, w) != (224, 224) else _no_op():
+    # vit-keras warns when it resizes the position embeddings, leaves an array of the file unused or a weight unset
+    with pytest.warns(UserWarning, match="Resizing position embeddings") if (h, w) != (224, 224) else _no_warnings():
         vit_keras_utils.load_weights_numpy(model, str(path), pretrained_top=True,
                                            num_x_patches=w // patch, num_y_patches=h // patch)
     return model
 
 
-class _no_op:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+@contextlib.contextmanager
+def _no_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +81,9 @@ def google_224(tmp_path_factory):
     return path, arrays
 
 
-def _kv(input_shape):
+def _kv(input_shape, **kwargs):
     return keras_vit.VisionTransformer(patch_size=16, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
-                                       input_shape=input_shape, classes=5, classifier_activation=None)
+                                       input_shape=input_shape, classes=5, classifier_activation=None, **kwargs)
 
 
 def test_vit_keras_loader_agrees_at_the_checkpoint_resolution(google_224):
@@ -107,6 +113,22 @@ def test_resampled_position_embeddings_equal_vit_keras(google_224, size, caplog)
     np.testing.assert_allclose(our_pe, their_pe, atol=1e-6, rtol=0)
     x = _images((1, h, w, 3))
     np.testing.assert_allclose(ours.predict(x, verbose=0), theirs.predict(x, verbose=0), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("representation", [None, 24])
+def test_save_checkpoint_file_gives_keras_vit_logits_in_vit_keras(tmp_path, representation):
+    """`save_checkpoint` is read by vit-keras' loader of Google's files, code keras_vit does not share."""
+    ours = _kv((224, 224, 3), representation_size=representation)
+    rng = np.random.default_rng(5)
+    for v in ours.weights:  # every weight its own values, the (zero-initialised) head too
+        v.assign(rng.normal(0.0, 1.0 if "predictions" in v.path else 0.2, v.shape).astype("float32"))
+    path = save_checkpoint(ours, tmp_path / "finetuned.npz")
+    theirs = _vit_keras_model(path, 224, representation_size=representation)  # every array used, every weight set
+    x = _images((2, 224, 224, 3))
+    expected = ours.predict(x, verbose=0)
+    assert np.abs(expected).max() > 0.5  # a real signal
+    # measured: 4.8e-7 (logits up to 1)
+    np.testing.assert_allclose(theirs.predict(x, verbose=0), expected, atol=5e-6, rtol=0)
 
 
 def test_no_message_when_grids_match(google_224, caplog):
