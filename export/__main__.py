@@ -32,6 +32,13 @@ def build_parser():
     p.add_argument("--int8-io-type", choices=["float32", "int8", "uint8"], default="float32")
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     p.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
+    p.add_argument("--profile", action="store_true",
+                   help="add each .tflite file's op profile to report.json (op types, tensor types, ops on XNNPACK "
+                        "and why the others are not) and print it")
+    p.add_argument("--scores", choices=["probabilities", "logits"], default="probabilities",
+                   help="what classifier artifacts output: probabilities (default; a softmax in the graph when the "
+                        "head has none) or the head's raw logits")
+    p.add_argument("--no-mediapipe", action="store_true", help="skip the MediaPipe ImageClassifier check of .tflite files")
     p.add_argument("--overwrite", action="store_true", help="replace existing artifacts")
     _console.add_verbose_argument(p)
     return p
@@ -64,6 +71,9 @@ def main(argv=None):
             opset=args.opset,
             overwrite=args.overwrite,
             measure_latency=not args.no_latency,
+            profile=args.profile,
+            scores=args.scores,
+            mediapipe=not args.no_mediapipe,
         )
     except (ValueError, FileExistsError) as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")
@@ -80,6 +90,12 @@ def main(argv=None):
         first = str(e).strip().splitlines()[0][:300]
         parser.exit(2, f"{parser.prog}: error: the calibration data could not be read: {first}\n")
     print(format_table(report))
+    if args.profile:
+        from export.profile import format_profile
+
+        for row in report["artifacts"]:
+            if "profile" in row:
+                print(format_profile(row["profile"]))
     print(f"wrote {args.output_dir}/report.json")
     return 0
 

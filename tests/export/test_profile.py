@@ -1,0 +1,138 @@
+"""export.profile: op counts and tensor types against the flatbuffer read independently, XNNPACK's share, bad input."""
+
+import collections
+import json
+
+import numpy as np
+import pytest
+
+from export import export_tflite
+from export import __main__ as cli
+from export.profile import format_profile, tflite_profile
+
+pytestmark = pytest.mark.export
+
+SHAPE_OPS = ("SHAPE", "GATHER", "REDUCE_PROD", "PACK")
+
+
+def flatbuffer_ops(path):
+    """[(op name, input dtypes, output dtypes)] of subgraph 0, read with TensorFlow's flatbuffer schema (not LiteRT)."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    with open(path, "rb") as f:
+        model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(f.read(), 0))
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    types = {v: k.lower() for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
+    graph = model.subgraphs[0]
+    ops = []
+    for op in graph.operators:
+        code = model.operatorCodes[op.opcodeIndex]
+        dtypes = lambda ids: [types[graph.tensors[i].type] for i in ids if i != -1]  # noqa: E731
+        ops.append((names[max(code.builtinCode, code.deprecatedBuiltinCode)], dtypes(op.inputs), dtypes(op.outputs)))
+    return ops
+
+
+@pytest.fixture(scope="module")
+def files(trained_vit, tmp_path_factory):
+    """The tiny trained ViT as float32 with a dynamic batch, float32 at batch 1 and int8 (float I/O) at batch 1."""
+    model, _, images, _ = trained_vit
+    folder = tmp_path_factory.mktemp("profile")
+    paths = {}
+    for key, quantization, batch_size in (("float32_dynamic", "float32", None), ("float32_b1", "float32", 1),
+                                          ("int8_b1", "int8", 1)):
+        paths[key] = str(folder / f"{key}.tflite")
+        export_tflite(model, paths[key], quantization=quantization, representative_data=images, batch_size=batch_size,
+                      progress=False)
+    return paths
+
+
+@pytest.mark.parametrize("key", ["float32_dynamic", "float32_b1", "int8_b1"])
+def test_counts_and_tensor_types_equal_the_flatbuffer(files, key):
+    profile = tflite_profile(files[key], measure_latency=False)
+    ops = flatbuffer_ops(files[key])
+    assert profile["num_ops"] == len(ops)
+    rows = {row["op"]: row for row in profile["ops"]}
+    assert {op: row["count"] for op, row in rows.items()} == dict(collections.Counter(name for name, _, _ in ops))
+    for name, row in rows.items():
+        assert row["input_types"] == sorted({t for n, ins, _ in ops if n == name for t in ins}), name
+        assert row["output_types"] == sorted({t for n, _, outs in ops if n == name for t in outs}), name
+        assert row["xnnpack"] + row["off_delegate"] == row["count"] and row["time_ms"] is None
+    assert profile["xnnpack_ops"] + len(profile["off_delegate"]) == len(ops)
+    for off in profile["off_delegate"]:  # each op left to the builtin kernels is the op at that index in the file
+        assert (off["op"], off["input_types"], off["output_types"]) == ops[off["index"]] and off["reason"]
+    assert json.loads(json.dumps(profile)) == profile
+
+
+def test_int8_file_shows_quantize_dequantize_and_its_float_neg_ops(files):
+    profile = tflite_profile(files["int8_b1"], measure_latency=False)
+    ops = flatbuffer_ops(files["int8_b1"])
+    rows = {row["op"]: row for row in profile["ops"]}
+    assert rows["QUANTIZE"]["count"] >= 1 and rows["DEQUANTIZE"]["count"] >= 1
+    # LayerNorm's lowering leaves a float32 NEG per LayerNorm (issue 11): 2 per block + the encoder norm
+    assert rows["NEG"]["count"] == 3 and rows["NEG"]["input_types"] == rows["NEG"]["output_types"] == ["float32"]
+    floats = [n for n, ins, outs in ops if n not in ("QUANTIZE", "DEQUANTIZE") and "float32" in ins + outs]
+    assert profile["float_ops_in_quantised_graph"] == len(floats) == 3
+    # what XNNPACK leaves here are int8 ops (LayerNorm's variance, softmax, GELU ...), each with its reason
+    assert profile["off_delegate"] and all("int8" in off["output_types"] for off in profile["off_delegate"])
+    assert all(off["reason"].startswith("quantised (int8)") for off in profile["off_delegate"])
+    assert profile["xnnpack_partitions"] > 2
+
+
+def test_float32_batch_one_runs_on_xnnpack_in_two_partitions(files):
+    profile = tflite_profile(files["float32_b1"], measure_latency=False)
+    assert profile["float_ops_in_quantised_graph"] == 0
+    # all but the class token's STRIDED_SLICE (which XNNPACK declines), so the graph runs in 2 partitions
+    assert [off["op"] for off in profile["off_delegate"]] == ["STRIDED_SLICE"]
+    assert profile["xnnpack_ops"] == profile["num_ops"] - 1 and profile["xnnpack_partitions"] == 2
+
+
+def test_a_dynamic_batch_leaves_its_shape_ops_off_the_delegate(files):
+    dynamic = tflite_profile(files["float32_dynamic"], measure_latency=False)
+    fixed = tflite_profile(files["float32_b1"], measure_latency=False)
+    ops = flatbuffer_ops(files["float32_dynamic"])
+    shape_ops = [i for i, (name, _, _) in enumerate(ops) if name in SHAPE_OPS]
+    off = {o["index"]: o for o in dynamic["off_delegate"]}
+    assert shape_ops and set(shape_ops) <= set(off)
+    assert all(ops[i][1] + ops[i][2] == ["int32"] * len(ops[i][1] + ops[i][2]) for i in shape_ops if ops[i][0] != "SHAPE")
+    assert any(o["reason"].startswith("dynamic shape") and o["op"] == "RESHAPE" for o in off.values())
+    assert dynamic["num_ops"] > fixed["num_ops"] and dynamic["xnnpack_partitions"] > fixed["xnnpack_partitions"]
+    assert fixed["num_ops"] == len([1 for n, _, _ in flatbuffer_ops(files["float32_b1"])])
+
+
+def test_latency_is_measured_and_per_op_time_is_not_invented(files):
+    profile = tflite_profile(files["int8_b1"], num_threads=2, runs=3)
+    assert profile["num_threads"] == 2
+    assert all(isinstance(v, float) and v > 0 for v in profile["latency_ms"].values())
+    assert all(row["time_ms"] is None for row in profile["ops"]) and "no profiler" in profile["op_time"]
+    table = format_profile(profile)
+    for row in profile["ops"]:
+        assert f"| {row['op']} | {row['count']} |" in table
+    assert "off XNNPACK: 1 x SOFTMAX: quantised (int8)" in table and "per-op time: not available" in table
+
+
+def test_bad_input_is_named(files, tmp_path):
+    with pytest.raises(ValueError, match=r"`path` must be an existing .tflite file. Received: path='nowhere.tflite'"):
+        tflite_profile("nowhere.tflite")
+    for name, value in (("num_threads", 0), ("runs", 1.5), ("num_threads", True)):
+        with pytest.raises(ValueError, match=rf"`{name}` must be a positive int. Received: {name}={value!r}"):
+            tflite_profile(files["float32_b1"], **{name: value})
+    junk = tmp_path / "junk.tflite"
+    junk.write_bytes(b"not a flatbuffer" * 8)
+    with pytest.raises(RuntimeError, match="LiteRT cannot load the file"):
+        tflite_profile(str(junk))
+
+
+def test_cli_profile_puts_each_tflite_profile_in_the_report(trained_vit, tmp_path, capsys):
+    out = tmp_path / "export"
+    argv = [trained_vit[1], "--formats", "tflite,onnx", "--quantization", "float32,int8", "--output-dir", str(out),
+            "--calibration-data", "digits",
+            "--no-latency", "--profile"]
+    assert cli.main(argv) == 0
+    rows = {r["name"]: r for r in json.loads((out / "report.json").read_text())["artifacts"]}
+    for name in ("model_float32.tflite", "model_int8.tflite"):
+        profile = rows[name]["profile"]
+        assert profile["num_ops"] == len(flatbuffer_ops(str(out / name))) and profile["file"] == name
+        assert profile["latency_ms"] == {"xnnpack": None, "builtin_kernels": None}  # --no-latency
+    assert "profile" not in rows["model.onnx"]
+    printed = capsys.readouterr().out
+    assert "model_int8.tflite: " in printed and "float ops in a quantised graph" in printed
