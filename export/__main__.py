@@ -35,10 +35,6 @@ def build_parser():
     p.add_argument("--profile", action="store_true",
                    help="add each .tflite file's op profile to report.json (op types, tensor types, ops on XNNPACK "
                         "and why the others are not) and print it")
-    p.add_argument("--scores", choices=["probabilities", "logits"], default="probabilities",
-                   help="what classifier artifacts output: probabilities (default; a softmax in the graph when the "
-                        "head has none) or the head's raw logits")
-    p.add_argument("--no-mediapipe", action="store_true", help="skip the MediaPipe ImageClassifier check of .tflite files")
     p.add_argument("--overwrite", action="store_true", help="replace existing artifacts")
     _console.add_verbose_argument(p)
     return p
@@ -72,8 +68,6 @@ def main(argv=None):
             overwrite=args.overwrite,
             measure_latency=not args.no_latency,
             profile=args.profile,
-            scores=args.scores,
-            mediapipe=not args.no_mediapipe,
         )
     except (ValueError, FileExistsError) as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")
