@@ -35,6 +35,8 @@ def build_parser():
     p.add_argument("--profile", action="store_true",
                    help="add each .tflite file's op profile to report.json (op types, tensor types, ops on XNNPACK "
                         "and why the others are not) and print it")
+    p.add_argument("--batch-size", choices=["1", "dynamic"], default="1",
+                   help=".tflite files: a fixed batch of 1 (default; what phones run, no shape ops) or a dynamic batch")
     p.add_argument("--overwrite", action="store_true", help="replace existing artifacts")
     _console.add_verbose_argument(p)
     return p
@@ -68,6 +70,7 @@ def main(argv=None):
             overwrite=args.overwrite,
             measure_latency=not args.no_latency,
             profile=args.profile,
+            batch_size=None if args.batch_size == "dynamic" else 1,
         )
     except (ValueError, FileExistsError) as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")

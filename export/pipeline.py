@@ -9,7 +9,7 @@ import numpy as np
 
 from keras_vit import _files
 from export.onnx import check_opset
-from export.signature import ServingGraph, image_shape
+from export.signature import ServingGraph, image_shape, prepare
 from export.tflite import QUANTIZATIONS, _images_of, check_quantization
 from export.verify import NOISE_HINT, Artifact, VerificationError, decision_failure, verify
 
@@ -158,6 +158,7 @@ def export_all(
     overwrite=False,
     measure_latency=True,
     profile=False,
+    batch_size=1,
 ):
     """Exports, verifies and writes every requested artifact plus `report.json`.
 
@@ -196,6 +197,10 @@ def export_all(
             types, what XNNPACK takes and why not, and, with
             `measure_latency`, batch-1 latency with and without XNNPACK)
             under "profile".
+        batch_size: 1 (default: what phones run; no shape ops, 2 XNNPACK
+            partitions on a float32 ViT) or None (dynamic batch) for the
+            TFLite files; the SavedModel and ONNX files keep a dynamic batch.
+            See `export.tflite.export_tflite`.
 
     Returns:
         The report dict (also written to `output_dir/report.json`).
@@ -216,6 +221,8 @@ def export_all(
         check_opset(opset)
     if int8_io_type != "float32" and "int8" not in quantizations:
         raise ValueError(f"int8_io_type={int8_io_type!r} applies to the 'int8' TFLite file, which is not requested")
+    if batch_size not in (None, 1):
+        raise ValueError(f"`batch_size` must be 1 or None (dynamic). Received: batch_size={batch_size!r}")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ValueError(f"output_dir {output_dir!r} is a file, not a folder")
     planned = [(f, q) for f in formats for q in (quantizations if f == "tflite" else ["float32"])]
@@ -228,7 +235,7 @@ def export_all(
         if graph.source_policy != "float32":
             print(f"the model was trained under the dtype policy {graph.source_policy!r}: exporting and verifying "
                   "the float32 computation of its weights", flush=True)
-        report = _export_verified(graph, output_dir, planned, calibration_data, labels, int8_io_type, opset,
+        report = _export_verified(graph, batch_size, output_dir, planned, calibration_data, labels, int8_io_type, opset,
                                   overwrite, measure_latency)
     report["export_time_s"] = round(time.perf_counter() - started, 1)
     if profile:
@@ -250,7 +257,7 @@ def export_all(
     return report
 
 
-def _export_verified(graph, output_dir, planned, calibration_data, labels, int8_io_type, opset, overwrite,
+def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_data, labels, int8_io_type, opset, overwrite,
                      measure_latency):
     """Converts every planned artifact from `graph`, verifies them, moves the good ones, writes labels and report."""
     from export.onnx import export_onnx
@@ -264,7 +271,10 @@ def _export_verified(graph, output_dir, planned, calibration_data, labels, int8_
         calibration = (calibration + 1.0) * 127.5
     os.makedirs(output_dir, exist_ok=True)
     stage = tempfile.mkdtemp(dir=output_dir, prefix=".tmp-export-")
+    tflite_graph, owned = graph, False
     try:
+        if any(fmt == "tflite" for fmt, _ in planned):  # one graph of the TFLite batch for every TFLite mode
+            tflite_graph, owned = prepare(graph, include_preprocessing, tflite_batch_size)
         artifacts, errors = [], []
         for fmt, q in planned:
             name = artifact_file(fmt, q)
@@ -277,13 +287,14 @@ def _export_verified(graph, output_dir, planned, calibration_data, labels, int8_
                     export_onnx(graph, staged_path, opset, include_preprocessing, verify=False)
                 else:
                     export_tflite(
-                        graph,
+                        tflite_graph,
                         staged_path,
                         quantization=q,
                         representative_data=calibration if q == "int8" else None,
                         io_type=int8_io_type if q == "int8" else "float32",
                         metadata={"labels": label_names},
                         include_preprocessing=include_preprocessing,
+                        batch_size=tflite_batch_size,
                         verify=False,
                     )
             except RuntimeError as e:  # a converter failed or wrote something broken: the first line says why
@@ -308,6 +319,7 @@ def _export_verified(graph, output_dir, planned, calibration_data, labels, int8_
             "input_shape": list(graph.image_shape),
             "classes": graph.classes,
             "include_preprocessing": include_preprocessing,
+            "tflite_batch_size": tflite_batch_size,
             "calibration_data": calibration_data if isinstance(calibration_data, (str, type(None))) else "tf.data.Dataset",
             "num_verification_images": int(len(eval_images)),
             "labelled": eval_labels is not None,
@@ -317,6 +329,8 @@ def _export_verified(graph, output_dir, planned, calibration_data, labels, int8_
             with open(tmp, "w") as f:
                 f.write("\n".join(label_names) + "\n")
     finally:
+        if owned:
+            tflite_graph.close()
         _files.remove(stage)
     return report
 

@@ -122,7 +122,7 @@ def export_tflite(
     io_type="float32",
     metadata=None,
     include_preprocessing=False,
-    batch_size=None,
+    batch_size=1,
     overwrite=False,
     progress=True,
     verify=True,
@@ -135,10 +135,13 @@ def export_tflite(
     low-precision dtype policy is exported as its float32 twin) is written
     as a SavedModel with Keras' `ExportArchive`, then
     `tf.lite.TFLiteConverter.from_saved_model` converts it. By default the
-    batch is dynamic: the input is `(1, h, w, c)` and can be resized to any
-    batch with `resize_tensor_input`. `batch_size=1` fixes it, which keeps
-    the graph in fewer XNNPACK partitions (docs/traps.md: a dynamic batch cost
-    about 5% latency) but cannot be resized. The file is loaded in LiteRT
+    batch is fixed at 1 (what phones run): on ViT-Ti/16 a dynamic batch adds
+    253 ops (152 of them SHAPE, GATHER, REDUCE_PROD and PACK on int32 shape
+    values), 229 of which XNNPACK leaves to LiteRT's builtin kernels, and
+    splits the float32 graph into 52 XNNPACK partitions instead of 2
+    (`export.profile`, benchmarks/README.md). `batch_size=None` gives a
+    dynamic batch: the input is `(1, h, w, c)` and can be resized to any
+    batch with `resize_tensor_input`. The file is loaded in LiteRT
     (`ai_edge_litert`) and its op list checked: a Select-TF (Flex) or custom
     op makes the export fail. Then, unless `verify=False`, it is run in
     LiteRT against the float32 model on `verification_data` (default: the
@@ -167,7 +170,7 @@ def export_tflite(
             (key `labels`: the list of class names).
         include_preprocessing: bool; True: the input is raw pixels in
             [0, 255] and the scaling is in the graph.
-        batch_size: None (default, dynamic batch) or 1 (fixed batch 1).
+        batch_size: 1 (default, fixed batch 1) or None (dynamic batch).
         overwrite: bool, replace an existing `path`.
         progress: bool, show a Keras progress bar while calibrating (on a
             terminal only).

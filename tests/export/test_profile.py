@@ -8,7 +8,7 @@ import pytest
 
 from export import export_tflite
 from export import __main__ as cli
-from export.profile import format_profile, tflite_profile
+from export.profile import format_profile, off_delegate_summary, tflite_profile
 
 pytestmark = pytest.mark.export
 
@@ -107,7 +107,9 @@ def test_latency_is_measured_and_per_op_time_is_not_invented(files):
     table = format_profile(profile)
     for row in profile["ops"]:
         assert f"| {row['op']} | {row['count']} |" in table
-    assert "off XNNPACK: 1 x SOFTMAX: quantised (int8)" in table and "per-op time: not available" in table
+    for (op, reason), count in off_delegate_summary(profile).items():
+        assert f"off XNNPACK: {count} x {op}: {reason}" in table
+    assert " x SOFTMAX: quantised (int8)" in table and "per-op time: not available" in table
 
 
 def test_bad_input_is_named(files, tmp_path):
@@ -134,5 +136,36 @@ def test_cli_profile_puts_each_tflite_profile_in_the_report(trained_vit, tmp_pat
         assert profile["num_ops"] == len(flatbuffer_ops(str(out / name))) and profile["file"] == name
         assert profile["latency_ms"] == {"xnnpack": None, "builtin_kernels": None}  # --no-latency
     assert "profile" not in rows["model.onnx"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["tflite_batch_size"] == 1  # the default: no shape ops, 2 partitions
+    float32 = rows["model_float32.tflite"]["profile"]
+    assert float32["xnnpack_partitions"] == 2 and not {r["op"] for r in float32["ops"]} & set(SHAPE_OPS)
     printed = capsys.readouterr().out
     assert "model_int8.tflite: " in printed and "float ops in a quantised graph" in printed
+
+
+def test_tflite_files_default_to_a_fixed_batch_of_one(trained_vit, files, tmp_path):
+    from export.verify import _run_tflite, _tflite_interpreter
+
+    model, _, images, _ = trained_vit
+    path = str(tmp_path / "default.tflite")
+    export_tflite(model, path)
+    assert _tflite_interpreter(path).get_input_details()[0]["shape_signature"].tolist() == [1, 16, 16, 3]
+    assert not {name for name, _, _ in flatbuffer_ops(path)} & set(SHAPE_OPS)
+    # the same outputs as the dynamic-batch file of the same model
+    np.testing.assert_allclose(_run_tflite(path, images[:8]), _run_tflite(files["float32_dynamic"], images[:8]), atol=1e-5)
+
+
+def test_export_all_batch_size_none_gives_a_dynamic_tflite_file(trained_vit, tmp_path):
+    from export.pipeline import export_all
+    from export.verify import _tflite_interpreter
+
+    model = trained_vit[0]
+    report = export_all(model, str(tmp_path / "out"), formats="tflite", quantizations="float32", batch_size=None,
+                        measure_latency=False)
+    assert report["tflite_batch_size"] is None
+    path = str(tmp_path / "out" / "model_float32.tflite")
+    assert _tflite_interpreter(path).get_input_details()[0]["shape_signature"].tolist() == [-1, 16, 16, 3]
+    assert {name for name, _, _ in flatbuffer_ops(path)} >= set(SHAPE_OPS)
+    with pytest.raises(ValueError, match=r"`batch_size` must be 1 or None \(dynamic\). Received: batch_size=4"):
+        export_all(model, str(tmp_path / "bad"), formats="tflite", quantizations="float32", batch_size=4)
