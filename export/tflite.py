@@ -189,7 +189,8 @@ def export_tflite(
         FileExistsError: `path` exists and `overwrite` is False.
         RuntimeError: the conversion fails (the message's first line says
             why), or the converted file uses non-builtin (Flex/custom) ops or
-            does not load in LiteRT; nothing is left at `path`.
+            does not load in LiteRT, or an "int8" file has a float op
+            (`check_integer_only`); nothing is left at `path`.
         export.verify.VerificationError: the file's outputs are outside the
             mode's tolerance; nothing is left at `path`.
     """
@@ -241,7 +242,8 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
     Raises:
         RuntimeError: the converter fails; the message starts with one line
             that says why (the converter's first error), the full converter
-            output follows; or the file has non-builtin ops.
+            output follows; or the file has non-builtin ops; or an "int8"
+            file has a float op (`check_integer_only`).
     """
     import tensorflow as tf
 
@@ -266,7 +268,57 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
             f"converter output:\n{str(e)[:4000]}"
         ) from None
     check_builtin_ops(content, name)
+    if quantization == "int8":
+        check_integer_only(content, name)
     return content
+
+
+def float_ops(content):
+    """The ops of a `.tflite` flatbuffer that read or write a float tensor, as `(index, op name)` pairs.
+
+    The input `QUANTIZE` (from a graph input) and the output `DEQUANTIZE`
+    (to a graph output) of a full-integer file with float32 I/O are not
+    counted: an integer-only file with `io_type` "float32" gives `[]`, as
+    one with int8 / uint8 I/O, which has no float tensor at all.
+    Op names from LiteRT's `_get_ops_details()`, dtypes from
+    `get_tensor_details()`.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    dtypes = {t["index"]: np.dtype(t["dtype"]) for t in interpreter.get_tensor_details()}
+    inputs = {d["index"] for d in interpreter.get_input_details()}
+    outputs = {d["index"] for d in interpreter.get_output_details()}
+    found = []
+    for op in interpreter._get_ops_details():
+        ins, outs = [i for i in op["inputs"] if i >= 0], [i for i in op["outputs"] if i >= 0]
+        if op["op_name"] == "QUANTIZE" and set(ins) <= inputs:
+            continue
+        if op["op_name"] == "DEQUANTIZE" and set(outs) <= outputs:
+            continue
+        if any(i in dtypes and np.issubdtype(dtypes[i], np.floating) for i in ins + outs):
+            found.append((op["index"], op["op_name"]))
+    return found
+
+
+def check_integer_only(content, name="model"):
+    """Raises RuntimeError if a full-integer int8 flatbuffer has a float op (see `float_ops`).
+
+    An op that falls back to float32 splits an integer-only accelerator's
+    graph and hands the op back to the CPU: a float op in an int8 file fails
+    the export (issue 11). Keras' own LayerNormalization left a float32 NEG
+    per norm (docs/traps.md); keras_vit's layers have none.
+    """
+    found = float_ops(content)
+    if found:
+        counts = {}
+        for _, op in found:
+            counts[op] = counts.get(op, 0) + 1
+        raise RuntimeError(
+            f"{name}: the int8 file is not integer-only: {len(found)} op(s) fall back to float "
+            f"({', '.join(f'{n} {op}' for op, n in sorted(counts.items()))}; first at op index {found[0][0]}). "
+            "A float op in an int8 file fails the export"
+        )
 
 
 def conversion_cause(error):

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit._validation import check_bool, check_positive_int, check_rate
+from keras_vit.layers.normalization import LayerNormalization
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
@@ -139,7 +140,7 @@ class TransformerBlock(keras.layers.Layer):
             )
         policy = self.dtype_policy
         eps = self.layer_norm_epsilon
-        self.norm_1 = keras.layers.LayerNormalization(epsilon=eps, dtype=policy, name="norm_1")
+        self.norm_1 = LayerNormalization(epsilon=eps, dtype=policy, name="norm_1")
         self.attention = keras.layers.MultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=hidden_size // self.num_heads,
@@ -147,7 +148,7 @@ class TransformerBlock(keras.layers.Layer):
             dtype=policy,
             name="attention",
         )
-        self.norm_2 = keras.layers.LayerNormalization(epsilon=eps, dtype=policy, name="norm_2")
+        self.norm_2 = LayerNormalization(epsilon=eps, dtype=policy, name="norm_2")
         self.mlp_dense_1 = keras.layers.Dense(self.mlp_dim, dtype=policy, name="mlp_dense_1")
         self.mlp_dense_2 = keras.layers.Dense(hidden_size, dtype=policy, name="mlp_dense_2")
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy, name="dropout")

@@ -20,7 +20,7 @@ four. Layer names follow the checkpoint names with "_" for "/"
 import keras
 
 from keras_vit._validation import check_channels_last
-from keras_vit.layers import StdConv2D
+from keras_vit.layers import GroupNormalization, StdConv2D
 
 GROUPS = 32
 GROUP_NORM_EPSILON = 1e-6  # flax.linen.GroupNorm's default, used by the reference code
@@ -38,7 +38,7 @@ def _conv(filters, kernel_size, name, strides=1, padding="valid"):
 
 
 def _group_norm(name, epsilon):
-    return keras.layers.GroupNormalization(GROUPS, epsilon=epsilon, name=name)
+    return GroupNormalization(GROUPS, epsilon=epsilon, name=name)
 
 
 def _unit(x, width, strides, name, epsilon):

@@ -13,7 +13,7 @@ from keras_vit._validation import (
     check_rate,
     is_int,
 )
-from keras_vit.layers import Patches, PatchEncoder, SequencePooling, TransformerBlock
+from keras_vit.layers import LayerNormalization, Patches, PatchEncoder, SequencePooling, TransformerBlock
 from keras_vit.models.resnet import output_stride as resnet_output_stride
 from keras_vit.models.resnet import resnet_features
 
@@ -232,7 +232,7 @@ def VisionTransformer(
             approximate_gelu=approximate_gelu,
             name=f"transformer_block_{i}",
         )(x)
-    x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
+    x = LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
 
     if include_top:
         mode = "token" if classifier == "token" else "avg"

@@ -1,0 +1,75 @@
+"""Full-integer int8 TFLite files are integer-only (issue 11, item 2).
+
+Keras' LayerNormalization lowered to a float32 NEG per norm, with a
+DEQUANTIZE before and a QUANTIZE after it; keras_vit's LayerNormalization
+(`keras_vit/layers/layer_norm.py`) has none. Dtypes are read from LiteRT's
+tensor details, independently of `export.tflite.float_ops`.
+"""
+
+import collections
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from export import tflite
+from export.signature import ServingGraph
+
+TINY = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "mlp_dim": 64, "input_shape": (16, 16, 3), "classes": 5,
+        "classifier_activation": None}
+MODELS = {"vit": {"patch_size": 4}, "hybrid": {"patch_size": 1, "resnet_num_layers": (1, 1)}}
+
+
+def _op_dtypes(content):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    dtypes = {t["index"]: np.dtype(t["dtype"]).name for t in interpreter.get_tensor_details()}
+    return [(op["op_name"], {dtypes[i] for i in [*op["inputs"], *op["outputs"]] if i >= 0})
+            for op in interpreter._get_ops_details()]
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def graph(request):
+    keras.utils.set_random_seed(0)
+    model = keras_vit.VisionTransformer(**TINY, **MODELS[request.param])
+    samples = np.random.default_rng(0).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
+    with ServingGraph(model, batch_size=1, scores="logits") as g:
+        yield g, samples
+
+
+def test_int8_with_float_io_has_no_float_op_between_quantize_and_dequantize(graph):
+    g, samples = graph
+    ops = _op_dtypes(tflite.convert(g, "int8", samples, progress=False))
+    names = [name for name, _ in ops]
+    assert "NEG" not in names
+    floating = [(i, name) for i, (name, types) in enumerate(ops) if types & {"float32", "float16"}]
+    # exactly the input QUANTIZE and the output DEQUANTIZE touch a float tensor
+    assert [name for _, name in floating] == ["QUANTIZE", "DEQUANTIZE"], floating
+    assert collections.Counter(names)["QUANTIZE"] == 1 and collections.Counter(names)["DEQUANTIZE"] == 1
+    assert "FULLY_CONNECTED" in names and "SOFTMAX" in names and "GELU" in names
+
+
+@pytest.mark.parametrize("io_type", ["int8", "uint8"])
+def test_int8_with_integer_io_has_no_float_tensor_at_all(graph, io_type):
+    g, samples = graph
+    content = tflite.convert(g, "int8", samples, io_type=io_type, progress=False)
+    ops = _op_dtypes(content)
+    assert ops and not [(name, types) for name, types in ops if types & {"float32", "float16"}]
+    assert tflite.float_ops(content) == []
+
+
+def test_a_float_op_in_an_int8_file_fails_the_export(tmp_path):
+    """Keras' own LayerNormalization leaves a float32 NEG: the export fails and writes nothing."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.Reshape((16, 12))(inputs)
+    x = keras.layers.LayerNormalization(epsilon=1e-6)(x)
+    outputs = keras.layers.Dense(4)(keras.layers.Flatten()(x))
+    model = keras.Model(inputs, outputs)
+    samples = np.random.default_rng(1).uniform(-1, 1, (8, 8, 8, 3)).astype("float32")
+    path = tmp_path / "model.tflite"
+    with pytest.raises(RuntimeError, match=r"not integer-only: .*1 NEG.*A float op in an int8 file fails the export"):
+        tflite.export_tflite(model, str(path), quantization="int8", representative_data=samples, progress=False)
+    assert not path.exists() and list(tmp_path.iterdir()) == []
