@@ -325,8 +325,10 @@ def bench_artifacts(name, config, image, batches, steps, warmup, peaks):
     # would fail the agreement bars, and the files' numbers are proven by the export tests.
     with tempfile.TemporaryDirectory() as tmp, ServingGraph(model) as graph:
         saved = export_saved_model(graph, os.path.join(tmp, "saved_model"), verify=False)
+        # batch_size=None: these files are timed at batch 1 and 8 (TFLite files default to a fixed batch of 1)
         files = {q: export_tflite(graph, os.path.join(tmp, f"{q}.tflite"), quantization=q,
-                                  representative_data=calibration if q == "int8" else None, verify=False)
+                                  representative_data=calibration if q == "int8" else None, batch_size=None,
+                                  verify=False)
                  for q in ("float32", "float16", "int8")}
         onnx_path = export_onnx(graph, os.path.join(tmp, "model.onnx"), verify=False)
         for batch in batches:
