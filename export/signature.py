@@ -15,6 +15,7 @@ every artifact is verified against.
 """
 
 import os
+import re
 import shutil
 import tempfile
 import zipfile
@@ -92,7 +93,8 @@ def float32_twin(model):
 
     Raises:
         ValueError: the model holds Keras-quantised layers (`model.quantize`),
-            which have no float32 twin.
+            which have no float32 twin, or its config cannot be deserialised
+            (an unregistered custom layer).
     """
     import keras
     import numpy as np
@@ -104,6 +106,14 @@ def float32_twin(model):
     keras.config.set_dtype_policy("float32")
     try:
         twin = keras.saving.deserialize_keras_object(config)
+    except Exception as e:  # e.g. a custom layer Keras cannot find by name
+        missing = re.search(r"Could not locate class '[^']+'", str(e))
+        cause = missing.group(0) if missing else f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        raise ValueError(
+            f"the model computes in {dtype_policy_name(model)!r} and its float32 twin cannot be rebuilt from its config "
+            f"({cause}). Register custom layers with @keras.saving.register_keras_serializable, or build the model "
+            "under the 'float32' policy"
+        ) from None
     finally:
         keras.config.set_dtype_policy(previous)
     weights = model.get_weights()

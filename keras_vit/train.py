@@ -349,6 +349,9 @@ def main(argv=None):
     _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
     # SIGTERM unwinds like Ctrl-C, so that temporary files are removed on the way out.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    import keras
+
+    previous_policy = keras.config.dtype_policy()  # --precision sets the global policy; callers get theirs back
     try:
         metrics = run(args)
     except ValueError as e:
@@ -358,6 +361,8 @@ def main(argv=None):
             raise
         first = str(e).strip().splitlines()[0][:300]
         parser.exit(2, f"{parser.prog}: error: the data could not be read: {first}\n")
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
     print(
         f"held-out accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}, "
         f"{metrics['images_per_second']:.0f} images/s; training took {metrics['train_wall_time_s']:.0f} s; "

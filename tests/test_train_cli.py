@@ -173,3 +173,12 @@ def test_tf_deterministic_ops_trains_without_xla_and_says_why(tmp_path):
     assert "--xla auto: op determinism is on (TF_DETERMINISTIC_OPS=1): training deterministically without XLA" in run.stderr
     metrics = json.loads((tmp_path / "auto" / "metrics.json").read_text())
     assert metrics["jit_compile"] is False and metrics["xla"] == "auto"
+
+
+def test_the_global_dtype_policy_is_given_back(tmp_path):
+    """--precision sets Keras' global policy for the run; an in-process caller gets its own back."""
+    import keras
+
+    assert train.main([*TINY, "--epochs", "1", "--warmup-epochs", "0", "--precision", "mixed_bfloat16",
+                       "--output-dir", str(tmp_path / "run")]) == 0
+    assert keras.config.dtype_policy().name == "float32"

@@ -79,7 +79,8 @@ def test_every_format_exports_a_low_precision_model_as_float32(config, policy, t
         assert rows[name]["relative_max_abs_diff"] <= 2e-5
     # the artifacts compute the float32 twin, independently of export's own comparison
     x = _noise(model.input_shape[1:])
-    twin = np.asarray(float32_twin(model)(x))
+    logits = np.asarray(float32_twin(model)(x), "float64")
+    twin = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)  # artifacts output probabilities (issue 16)
     session = onnxruntime.InferenceSession(str(tmp_path / "out" / "model.onnx"), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(session.run(None, {"images": x})[0], twin, rtol=0, atol=2e-5 * np.abs(twin).max())
 
@@ -253,3 +254,20 @@ def test_train_then_export_under_a_mixed_policy_from_the_command_line(policy, tm
     assert all(r["passed"] for r in rows.values()), rows
     for name in ("saved_model", "model_float32.tflite", "model.onnx"):
         assert rows[name]["relative_max_abs_diff"] <= 2e-5
+
+
+def test_a_low_precision_model_keras_cannot_rebuild_is_a_clear_error(tmp_path):
+    class Unregistered(keras.layers.Layer):  # not registered: Keras cannot deserialise it by name
+        def call(self, x):
+            return x * 2.0
+
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        inputs = keras.Input((8, 8, 3))
+        model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(Unregistered()(inputs))))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    with pytest.raises(ValueError, match=r"computes in 'mixed_bfloat16' and its float32 twin cannot be rebuilt from its "
+                                         r"config \(Could not locate class 'Unregistered'\)\. Register custom layers"):
+        export_onnx(model, str(tmp_path / "m.onnx"))
+    assert not os.listdir(tmp_path)
