@@ -37,6 +37,10 @@ def build_parser():
                         "and why the others are not) and print it")
     p.add_argument("--batch-size", choices=["1", "dynamic"], default="1",
                    help=".tflite files: a fixed batch of 1 (default; what phones run, no shape ops) or a dynamic batch")
+    p.add_argument("--scores", choices=["probabilities", "logits"], default="probabilities",
+                   help="what classifier artifacts output: probabilities (default; a softmax in the graph when the "
+                        "head has none) or the head's raw logits")
+    p.add_argument("--no-mediapipe", action="store_true", help="skip the MediaPipe ImageClassifier check of .tflite files")
     p.add_argument("--overwrite", action="store_true", help="replace existing artifacts")
     _console.add_verbose_argument(p)
     return p
@@ -71,6 +75,8 @@ def main(argv=None):
             measure_latency=not args.no_latency,
             profile=args.profile,
             batch_size=None if args.batch_size == "dynamic" else 1,
+            scores=args.scores,
+            mediapipe=not args.no_mediapipe,
         )
     except (ValueError, FileExistsError) as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")

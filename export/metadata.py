@@ -25,7 +25,15 @@ def _modules():
     return image_classifier, metadata, metadata_info, writer_utils, schema
 
 
-def write_metadata(content, labels, include_preprocessing=False):
+SCORE_DESCRIPTIONS = {
+    "probabilities": "probabilities of the classes in labels.txt, in [0, 1] summing to 1 (softmax in the graph)",
+    "logits": "logits of the classes in labels.txt (no softmax: the head's raw outputs)",
+    "outputs": "the model's outputs (no softmax added: its head is not a Dense layer without activation)",
+    None: "scores of the classes in labels.txt (the Keras model's outputs)",
+}
+
+
+def write_metadata(content, labels, include_preprocessing=False, scores=None):
     """Returns `content` (a .tflite flatbuffer) with image-classifier metadata.
 
     Built with tflite-support's `image_classifier.MetadataWriter` from its
@@ -40,12 +48,17 @@ def write_metadata(content, labels, include_preprocessing=False):
             image input and one (1, classes) output.
         labels: list of class names, one per model output.
         include_preprocessing: bool, whether the graph scales raw pixels.
+        scores: what the output holds, recorded as its description:
+            "probabilities", "logits", "outputs" or None (unstated).
 
     Raises:
-        ValueError: `labels` is empty or not a list of strings.
+        ValueError: `labels` is empty or not a list of strings, or `scores`
+            is not one of the above.
     """
     if not labels or not all(isinstance(label, str) for label in labels):
         raise ValueError(f"`labels` must be a non-empty list of class names. Received: labels={labels!r}")
+    if scores not in SCORE_DESCRIPTIONS:
+        raise ValueError(f"`scores` must be one of {list(SCORE_DESCRIPTIONS)}. Received: scores={scores!r}")
     image_classifier, _, metadata_info, writer_utils, schema = _modules()
     mean, std = (0.0, 1.0) if include_preprocessing else (NORM_MEAN, NORM_STD)
     buffer = bytearray(content)
@@ -73,7 +86,7 @@ def write_metadata(content, labels, include_preprocessing=False):
             f.write("\n".join(labels) + "\n")
         output_md = metadata_info.ClassificationTensorMd(
             name=image_classifier.OUTPUT_NAME,
-            description="scores of the classes in labels.txt (the Keras model's outputs)",
+            description=SCORE_DESCRIPTIONS[scores],
             label_files=[metadata_info.LabelFileMd(file_path=label_path)],
             tensor_type=writer_utils.get_output_tensor_types(buffer)[0],
         )

@@ -159,6 +159,8 @@ def export_all(
     measure_latency=True,
     profile=False,
     batch_size=1,
+    scores="probabilities",
+    mediapipe=True,
 ):
     """Exports, verifies and writes every requested artifact plus `report.json`.
 
@@ -192,6 +194,13 @@ def export_all(
         opset: ONNX opset, default 17.
         overwrite: bool; replace existing artifacts of the same names.
         measure_latency: bool; batch-1 latency per artifact.
+        scores: "probabilities" (default: a softmax in the graph when the
+            head has none, scores an app can threshold) or "logits" (the
+            head's raw outputs); see `export.signature.score_kind`. The report
+            records what the artifacts output ("scores").
+        mediapipe: bool, default True: also run each .tflite file in
+            MediaPipe Tasks' `ImageClassifier` (`export.mediapipe_check`),
+            skipped with one message when mediapipe is not installed.
         profile: bool; True adds each TFLite artifact's op profile
             (`export.profile.tflite_profile`, 1 thread: op types, tensor
             types, what XNNPACK takes and why not, and, with
@@ -231,12 +240,12 @@ def export_all(
         _files.check_target(path, overwrite)
 
     started = time.perf_counter()
-    with ServingGraph(model, include_preprocessing) as graph:  # one float32 trace for every artifact
+    with ServingGraph(model, include_preprocessing, scores=scores) as graph:  # one float32 trace for every artifact
         if graph.source_policy != "float32":
             print(f"the model was trained under the dtype policy {graph.source_policy!r}: exporting and verifying "
                   "the float32 computation of its weights", flush=True)
         report = _export_verified(graph, batch_size, output_dir, planned, calibration_data, labels, int8_io_type, opset,
-                                  overwrite, measure_latency)
+                                  overwrite, measure_latency, mediapipe)
     report["export_time_s"] = round(time.perf_counter() - started, 1)
     if profile:
         from export.profile import tflite_profile
@@ -258,7 +267,7 @@ def export_all(
 
 
 def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_data, labels, int8_io_type, opset, overwrite,
-                     measure_latency):
+                     measure_latency, mediapipe=True):
     """Converts every planned artifact from `graph`, verifies them, moves the good ones, writes labels and report."""
     from export.onnx import export_onnx
     from export.saved_model import export_saved_model
@@ -292,7 +301,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
                         quantization=q,
                         representative_data=calibration if q == "int8" else None,
                         io_type=int8_io_type if q == "int8" else "float32",
-                        metadata={"labels": label_names},
+                        metadata={"labels": label_names, "scores": graph.score_kind},
                         include_preprocessing=include_preprocessing,
                         batch_size=tflite_batch_size,
                         verify=False,
@@ -303,10 +312,11 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
                 errors.append({"name": name, "format": fmt, "quantization": q, "passed": False, "path": None,
                                "failures": [cause], "details": details[:4000]})
                 continue
-            artifacts.append(Artifact(name, fmt, staged_path, q, include_preprocessing))
+            artifacts.append(Artifact(name, fmt, staged_path, q, include_preprocessing, graph.scores))
 
         print(f"verifying {len(artifacts)} artifacts on {len(eval_images)} images ...", flush=True)
-        results = verify(graph, artifacts, eval_images, eval_labels, raise_on_failure=False, measure_latency=measure_latency)
+        results = verify(graph, artifacts, eval_images, eval_labels, raise_on_failure=False, measure_latency=measure_latency,
+                         mediapipe=mediapipe)
         for row in results:
             final = os.path.join(output_dir, row["name"])
             if row["passed"]:
@@ -320,6 +330,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             "classes": graph.classes,
             "include_preprocessing": include_preprocessing,
             "tflite_batch_size": tflite_batch_size,
+            "scores": graph.score_kind,
             "calibration_data": calibration_data if isinstance(calibration_data, (str, type(None))) else "tf.data.Dataset",
             "num_verification_images": int(len(eval_images)),
             "labelled": eval_labels is not None,

@@ -3,8 +3,12 @@
 Input `images`: float32 `(batch, height, width, channels)`, in [-1, 1]
 (`keras_vit.preprocess_input` scaling), or raw pixels in [0, 255] when
 `include_preprocessing=True`, in which case the graph computes
-x / 127.5 - 1 first. Output `predictions`: float32 `(batch, classes)`, what
-the Keras model outputs (logits, or probabilities with a softmax head).
+x / 127.5 - 1 first. Output `predictions`: float32 `(batch, classes)`: class
+probabilities in [0, 1] summing to 1 by default (`scores="probabilities"`:
+a softmax is added in the graph when the model's head has no activation, so
+that apps can threshold scores, e.g. MediaPipe's `score_threshold`), or the
+head's raw logits (`scores="logits"`). A model without a Dense head (e.g.
+`include_top=False`) or with another head activation keeps its outputs.
 
 A model trained under a low-precision Keras dtype policy (`mixed_bfloat16`,
 `mixed_float16`, `bfloat16`, `float16`) is exported as its *float32 twin*:
@@ -25,6 +29,7 @@ OUTPUT_NAME = "predictions"
 # Keras dtype policies whose compute (or variable) dtype is not float32; their float32 twin is exported.
 LOW_PRECISION_POLICIES = ("mixed_bfloat16", "mixed_float16", "bfloat16", "float16")
 _LOW_PRECISION_DTYPES = ("bfloat16", "float16")
+SCORES = ("probabilities", "logits")
 
 
 def image_shape(model):
@@ -123,7 +128,72 @@ def float32_twin(model):
     return twin
 
 
-def serving_function(model, include_preprocessing=False, batch_size=None):
+def _head(model):
+    """The last layer of a model, looking inside a nested model that ends it."""
+    import keras
+
+    layer = model
+    while isinstance(layer, keras.Model) and layer.layers:
+        layer = layer.layers[-1]
+    return layer
+
+
+def score_kind(model, scores="probabilities"):
+    """What a model's artifact outputs for `scores`, and whether the graph must add a softmax.
+
+    The head is the model's last layer (keras_vit's `predictions` Dense
+    layer, `classifier_activation` its activation). With
+    `scores="probabilities"` a head without activation (None / "linear")
+    gets a softmax in the serving graph; a softmax head is kept as it is (no
+    second softmax). With `scores="logits"` a head without activation is
+    kept. A model whose last layer is not a Dense layer (`include_top=False`)
+    or whose head has another activation (e.g. a multi-label sigmoid) keeps
+    its outputs unchanged: kind "outputs".
+
+    Args:
+        model: a Keras model.
+        scores: "probabilities" (default) or "logits".
+
+    Returns:
+        `(kind, add_softmax)`: kind is "probabilities", "logits" or
+        "outputs"; add_softmax a bool.
+
+    Raises:
+        ValueError: `scores` is not one of `SCORES`; logits asked of a head
+            with an activation (they are not in the graph).
+    """
+    import keras
+
+    if scores not in SCORES:
+        raise ValueError(f"`scores` must be one of {', '.join(map(repr, SCORES))}. Received: scores={scores!r}")
+    head = _head(model)
+    if not isinstance(head, keras.layers.Dense):
+        return "outputs", False
+    activation = getattr(head.activation, "__name__", str(head.activation))
+    if activation in ("linear", "None"):
+        return scores, scores == "probabilities"
+    if activation == "softmax":
+        if scores == "logits":
+            raise ValueError(f"the model's head {head.name!r} applies softmax: its logits are not in the graph; "
+                             "export scores='probabilities' or rebuild the model with classifier_activation=None. "
+                             f"Received: scores={scores!r}")
+        return "probabilities", False
+    if scores == "logits":
+        raise ValueError(f"the model's head {head.name!r} applies {activation!r}: its logits are not in the graph; "
+                         f"rebuild the model with classifier_activation=None. Received: scores={scores!r}")
+    return "outputs", False
+
+
+def softmax(logits):
+    """Softmax over the last axis in float64 (the reference for graphs that add one), float32 out."""
+    import numpy as np
+
+    x = np.asarray(logits, dtype="float64")
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype("float32")
+
+
+def serving_function(model, include_preprocessing=False, batch_size=None, add_softmax=False):
     """Returns a `tf.function` images -> {"predictions": outputs} and its input signature.
 
     Args:
@@ -133,6 +203,8 @@ def serving_function(model, include_preprocessing=False, batch_size=None):
         batch_size: None (dynamic batch) or a fixed int (1 for mobile
             TFLite files, see docs/traps.md: a dynamic batch splits XNNPACK
             partitions).
+        add_softmax: bool; True: the outputs are softmax(model outputs) over
+            the class axis (see `score_kind`).
     """
     import tensorflow as tf
 
@@ -141,7 +213,8 @@ def serving_function(model, include_preprocessing=False, batch_size=None):
     @tf.function(input_signature=[spec])
     def serve(images):
         x = images / 127.5 - 1.0 if include_preprocessing else images
-        return {OUTPUT_NAME: tf.cast(model(x, training=False), tf.float32)}
+        y = tf.cast(model(x, training=False), tf.float32)
+        return {OUTPUT_NAME: tf.nn.softmax(y, axis=-1) if add_softmax else y}
 
     return serve, spec
 
@@ -163,16 +236,20 @@ class ServingGraph:
         classes: the output width.
         include_preprocessing: bool; True: inputs are raw pixels in [0, 255].
         batch_size: None (dynamic batch) or 1.
+        scores: "probabilities" or "logits", as asked.
+        score_kind: what the graph outputs: "probabilities", "logits" or
+            "outputs" (see `score_kind`); add_softmax: whether it added one.
         function, input_spec: the serving `tf.function` and its signature.
 
     Use it as a context manager, or call `close()`, to delete its SavedModel.
 
     Raises:
-        ValueError: the model has no single fully known image input, or holds
-            Keras-quantised layers.
+        ValueError: the model has no single fully known image input, holds
+            Keras-quantised layers, or its head cannot give `scores`.
     """
 
-    def __init__(self, model, include_preprocessing=False, batch_size=None):
+    def __init__(self, model, include_preprocessing=False, batch_size=None, scores="probabilities"):
+        self._work = None  # first: `__del__` runs even when a check below raises
         self.image_shape = image_shape(model)
         self.source = model
         self.source_policy = dtype_policy_name(model)
@@ -180,8 +257,9 @@ class ServingGraph:
         self.classes = int(self.model.output_shape[-1])
         self.include_preprocessing = bool(include_preprocessing)
         self.batch_size = batch_size
-        self.function, self.input_spec = serving_function(self.model, include_preprocessing, batch_size)
-        self._work = None
+        self.scores = scores
+        self.score_kind, self.add_softmax = score_kind(self.model, scores)
+        self.function, self.input_spec = serving_function(self.model, include_preprocessing, batch_size, self.add_softmax)
 
     def saved_model_dir(self):
         """The SavedModel of the serving function (Keras' `ExportArchive`), written on first use.
@@ -207,10 +285,14 @@ class ServingGraph:
         return os.path.join(self._work, "saved_model")
 
     def predict(self, images):
-        """The float32 twin's outputs, float32 `(n, classes)`, for images in [-1, 1]."""
+        """What the graph outputs for images in [-1, 1], float32 `(n, classes)`, computed by the float32 twin.
+
+        The twin's outputs, passed through a float64 softmax when the graph adds one.
+        """
         import numpy as np
 
-        return np.asarray(self.model.predict(np.asarray(images, "float32"), verbose=0), dtype="float32")
+        outputs = np.asarray(self.model.predict(np.asarray(images, "float32"), verbose=0), dtype="float32")
+        return softmax(outputs) if self.add_softmax else outputs
 
     def close(self):
         """Deletes the SavedModel written by `saved_model_dir`."""
@@ -228,22 +310,25 @@ class ServingGraph:
         self.close()
 
 
-def prepare(model, include_preprocessing=False, batch_size=None):
+def prepare(model, include_preprocessing=False, batch_size=None, scores=None):
     """Returns `(graph, owned)`: a `ServingGraph` for these settings, and whether the caller must close it.
 
     `model` may be a Keras model or a `ServingGraph` (reused when its
-    settings match, else rebuilt from its float32 model).
+    settings match, else rebuilt from its float32 model). `scores` None: the
+    graph's own, or "probabilities" for a Keras model.
 
     Raises:
         ValueError: see `ServingGraph`.
     """
     if isinstance(model, ServingGraph):
-        if model.include_preprocessing == bool(include_preprocessing) and model.batch_size == batch_size:
+        scores = scores or model.scores
+        if (model.include_preprocessing == bool(include_preprocessing) and model.batch_size == batch_size
+                and model.scores == scores):
             return model, False
-        graph = ServingGraph(model.model, include_preprocessing, batch_size)
+        graph = ServingGraph(model.model, include_preprocessing, batch_size, scores)
         graph.source, graph.source_policy = model.source, model.source_policy
         return graph, True
-    return ServingGraph(model, include_preprocessing, batch_size), True
+    return ServingGraph(model, include_preprocessing, batch_size, scores or "probabilities"), True
 
 
 def contains_layer(model, cls):

@@ -35,6 +35,7 @@ TOLERANCES = {
     "int8": {"decisive_top1_agreement": 0.97, "accuracy_drop": 0.02},
 }
 NEAR_TIE = 0.01
+TIE_MARGIN = 0.04
 LOWER_IS_BETTER = ("max_abs_diff", "relative_max_abs_diff", "accuracy_drop")
 SEEDED_SAMPLES = 32
 LATENCY_RUNS = 20
@@ -49,6 +50,7 @@ class Artifact:
     path: str
     quantization: str = "float32"
     include_preprocessing: bool = False
+    scores: str = None  # "probabilities" or "logits"; None: the serving graph's (probabilities for a Keras model)
 
 
 class VerificationError(RuntimeError):
@@ -147,7 +149,10 @@ def compare(reference, outputs, labels=None):
         top1_agreement: share of examples with the same top-1 class;
         decisive_top1_agreement: the same, counting only decisive flips
             (Keras' margin for its class over the artifact's above
-            `NEAR_TIE` x the example's largest |reference|);
+            `NEAR_TIE` x the example's largest |reference|, and the
+            artifact scoring its class strictly above Keras' class: a tie
+            in quantised outputs is no flip where Keras' margin is within
+            `TIE_MARGIN` x its largest |output|);
         near_tie_flips: flips not counted as decisive;
         with labels: accuracy, keras_accuracy, accuracy_drop (keras - artifact).
 
@@ -180,6 +185,12 @@ def compare(reference, outputs, labels=None):
     rows = np.arange(len(reference))
     margin = reference[rows, top_ref] - reference[rows, np.maximum(top_out, 0)]
     near_tie = flips & (top_out >= 0) & (margin <= NEAR_TIE * np.abs(reference).max(-1))
+    # a tie in the artifact's own outputs (int8 probabilities come in steps of 1/256) where Keras' margin is within
+    # TIE_MARGIN of its largest |output| is no preference for another class; an artifact whose outputs are all equal
+    # still flips decisively wherever Keras was sure
+    safe = np.nan_to_num(outputs, nan=-np.inf)
+    tie = safe[rows, top_ref] >= safe[rows, np.maximum(top_out, 0)]
+    near_tie |= flips & (top_out >= 0) & tie & (margin <= TIE_MARGIN * np.abs(reference).max(-1))
     figures["top1_agreement"] = float((~flips).mean())
     figures["decisive_top1_agreement"] = float((~flips | near_tie).mean())
     figures["near_tie_flips"] = int(near_tie.sum())
@@ -210,18 +221,32 @@ def failures(figures, quantization):
     return broken
 
 
-def reference_outputs(model, images):
-    """The outputs artifacts are checked against: the float32 twin's, float32 `(n, classes)`.
+def reference_outputs(model, images, scores=None):
+    """The outputs artifacts are checked against: the float32 twin's scores, float32 `(n, classes)`.
 
-    `model` is a Keras model (any dtype policy) or an `export.signature.ServingGraph`.
+    Like with like: probabilities (the twin's outputs through a float64
+    softmax where the serving graph adds one) or logits, as the artifact
+    outputs them (`export.signature.score_kind`).
+
+    Args:
+        model: a Keras model (any dtype policy) or an `export.signature.ServingGraph`.
+        images: float32 `(n, h, w, c)` in [-1, 1].
+        scores: "probabilities", "logits", or None: the graph's own
+            (probabilities for a Keras model).
+
+    Raises:
+        ValueError: the model's head cannot give `scores`.
     """
-    from export.signature import ServingGraph, float32_twin
+    from export.signature import ServingGraph, float32_twin, score_kind, softmax
 
+    if isinstance(model, ServingGraph) and scores in (None, model.scores):
+        return model.predict(images)
     twin = model.model if isinstance(model, ServingGraph) else float32_twin(model)
-    return np.asarray(twin.predict(np.asarray(images, dtype="float32"), verbose=0), dtype="float32")
+    outputs = np.asarray(twin.predict(np.asarray(images, dtype="float32"), verbose=0), dtype="float32")
+    return softmax(outputs) if score_kind(twin, scores or "probabilities")[1] else outputs
 
 
-def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure_latency=True):
+def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure_latency=True, mediapipe=True):
     """Verifies each artifact against the Keras model on the same images.
 
     The reference is the model's float32 twin (`export.signature.float32_twin`):
@@ -238,11 +263,17 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
         labels: optional int `(n,)` class indices, for accuracy.
         raise_on_failure: bool, default True.
         measure_latency: bool, default True: median batch-1 latency.
+        mediapipe: bool, default True: also classify each .tflite file's
+            images, as uint8 frames, with MediaPipe Tasks' `ImageClassifier`
+            (`export.mediapipe_check.figures`: mediapipe_top1_agreement,
+            mediapipe_accuracy, or why it was skipped / is not supported).
+            Reported, not a tolerance.
 
     Returns:
-        A list of dicts, one per artifact: name, format, quantization, path,
-        size_mb, the `compare` figures, latency_ms_batch1, tolerance,
-        passed, failures.
+        A list of dicts, one per artifact: name, format, quantization,
+        scores, path, size_mb, the `compare` figures, latency_ms_batch1,
+        tolerance, passed, failures, and for .tflite files with `mediapipe`
+        the MediaPipe figures.
 
     Raises:
         VerificationError: with `raise_on_failure`, when any artifact fails a
@@ -250,14 +281,18 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
             failing artifact and figure.
     """
     images = np.asarray(images, dtype="float32")
-    reference = reference_outputs(model, images)
+    references = {}
     results = []
     for artifact in artifacts:
+        if artifact.scores not in references:
+            references[artifact.scores] = reference_outputs(model, images, artifact.scores)
+        reference = references[artifact.scores]
         inputs = (images + 1.0) * 127.5 if artifact.include_preprocessing else images
         row = {
             "name": artifact.name,
             "format": artifact.format,
             "quantization": artifact.quantization,
+            "scores": _score_kind(model, artifact),
             "path": artifact.path,
             "size_mb": _size_mb(artifact.path),
             "tolerance": TOLERANCES[artifact.quantization],
@@ -266,6 +301,10 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
             outputs = run_artifact(artifact, inputs)
             row.update(compare(reference, outputs, labels))
             row["failures"] = failures(row, artifact.quantization)
+            if mediapipe and artifact.format == "tflite":
+                from export.mediapipe_check import figures as mediapipe_figures
+
+                row.update(mediapipe_figures(artifact.path, images, reference, labels, row["scores"]))
             if measure_latency:
                 row["latency_ms_batch1"] = latency_ms(artifact, inputs[:1])
         except Exception as e:  # the runtime refused the artifact: that is a failed verification
@@ -315,11 +354,20 @@ def check_artifact(graph, artifact, images=None, labels=None):
     noise = images is None
     if noise:
         images = seeded_images(graph.image_shape)
-    row = verify(graph, [artifact], images, labels, raise_on_failure=False, measure_latency=False)[0]
+    row = verify(graph, [artifact], images, labels, raise_on_failure=False, measure_latency=False, mediapipe=False)[0]
     if not row["passed"]:
         hint = f" ({NOISE_HINT.format(argument='verification_data=...')})" if noise and decision_failure(row) else ""
         raise VerificationError(f"{artifact.name}: {'; '.join(row['failures'])}{hint}")
     return row
+
+
+def _score_kind(model, artifact):
+    """What the artifact outputs: "probabilities", "logits" or "outputs" (`export.signature.score_kind`)."""
+    from export.signature import ServingGraph, score_kind
+
+    twin = model.model if isinstance(model, ServingGraph) else model
+    default = model.scores if isinstance(model, ServingGraph) else "probabilities"
+    return score_kind(twin, artifact.scores or default)[0]
 
 
 def _first_line(error):

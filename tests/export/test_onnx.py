@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from export import export_onnx
 from export.onnx import check_onnx
+from export.verify import reference_outputs
 
 pytestmark = pytest.mark.export
 
@@ -27,7 +28,7 @@ def test_standard_ops_dynamic_batch_and_values(trained_vit, tmp_path):
     assert session.get_inputs()[0].shape[1:] == [16, 16, 3] and not isinstance(session.get_inputs()[0].shape[0], int)
     for n in (1, 4):
         out = session.run(["predictions"], {"images": images[:n]})[0]
-        np.testing.assert_allclose(out, model.predict(images[:n], verbose=0), atol=1e-4)
+        np.testing.assert_allclose(out, reference_outputs(model, images[:n]), atol=1e-4)
 
 
 def test_include_preprocessing(trained_vit, tmp_path):
@@ -35,7 +36,7 @@ def test_include_preprocessing(trained_vit, tmp_path):
     path = export_onnx(model, str(tmp_path / "m.onnx"), include_preprocessing=True)
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     out = session.run(None, {"images": (images[:3] + 1) * 127.5})[0]
-    np.testing.assert_allclose(out, model.predict(images[:3], verbose=0), atol=1e-4)
+    np.testing.assert_allclose(out, reference_outputs(model, images[:3]), atol=1e-4)
 
 
 def test_keras_exact_gelu_trap_fails_loudly_and_leaves_nothing(tmp_path):

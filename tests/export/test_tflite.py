@@ -8,7 +8,7 @@ import tensorflow as tf
 from export import export_tflite
 from export.metadata import read_metadata
 from export.tflite import check_builtin_ops, op_names, representative_samples
-from export.verify import _run_tflite, _tflite_interpreter, _tflite_invoke, compare
+from export.verify import _run_tflite, _tflite_interpreter, _tflite_invoke, compare, reference_outputs
 
 pytestmark = pytest.mark.export
 
@@ -26,7 +26,7 @@ def test_each_mode_runs_in_litert_with_builtin_ops(trained_vit, tmp_path, quanti
     content = open(path, "rb").read()
     names = check_builtin_ops(content, path)
     assert "GELU" in names and not any(n.startswith("Flex") for n in names)
-    ref = model.predict(images, verbose=0)
+    ref = reference_outputs(model, images)
     out = _run_tflite(path, images)
     figures = compare(ref, out, labels)
     assert figures["max_abs_diff"] <= BOUNDS[quantization], figures
@@ -44,7 +44,7 @@ def test_fixed_batch_one(trained_vit, tmp_path):
     export_tflite(model, path, batch_size=1)
     interpreter = _tflite_interpreter(path)
     assert interpreter.get_input_details()[0]["shape_signature"].tolist() == [1, 16, 16, 3]
-    np.testing.assert_allclose(_run_tflite(path, images[:4]), model.predict(images[:4], verbose=0), atol=1e-4)
+    np.testing.assert_allclose(_run_tflite(path, images[:4]), reference_outputs(model, images[:4]), atol=1e-4)
     with pytest.raises(ValueError, match=r"`batch_size` must be None \(dynamic\) or 1. Received: batch_size=4"):
         export_tflite(model, str(tmp_path / "b4.tflite"), batch_size=4)
 
@@ -74,7 +74,7 @@ def test_int8_integer_io(trained_vit, tmp_path, io_type, dtype):
     assert interpreter.get_input_details()[0]["dtype"] == dtype
     assert interpreter.get_output_details()[0]["dtype"] == dtype
     out = _run_tflite(path, images)
-    assert compare(model.predict(images, verbose=0), out)["top1_agreement"] >= 0.9
+    assert compare(reference_outputs(model, images), out)["top1_agreement"] >= 0.9
 
 
 def test_include_preprocessing_with_uint8_input_takes_raw_bytes(trained_vit, tmp_path):
@@ -88,7 +88,7 @@ def test_include_preprocessing_with_uint8_input_takes_raw_bytes(trained_vit, tmp
     scale, zero = interpreter.get_input_details()[0]["quantization"]
     assert scale == pytest.approx(1.0, abs=0.02) and zero == 0  # bytes in [0, 255] go straight in
     out = _run_tflite(path, raw)
-    assert compare(model.predict(images, verbose=0), out)["top1_agreement"] >= 0.9
+    assert compare(reference_outputs(model, images), out)["top1_agreement"] >= 0.9
 
 
 def test_representative_data_forms(trained_vit, tmp_path):
@@ -196,7 +196,7 @@ def test_metadata_round_trip(trained_vit, tmp_path):
     assert tensor["content"]["content_properties"]["default_size"] == {"width": 16, "height": 16}
     assert info["metadata"]["name"] == "keras_vit Vision Transformer"
     assert "GELU" in op_names(open(path, "rb").read())  # metadata did not break the model
-    np.testing.assert_allclose(_run_tflite(path, trained_vit[2][:2]), model.predict(trained_vit[2][:2], verbose=0), atol=1e-4)
+    np.testing.assert_allclose(_run_tflite(path, trained_vit[2][:2]), reference_outputs(model, trained_vit[2][:2]), atol=1e-4)
 
 
 def test_metadata_bad_labels(trained_vit, tmp_path):
