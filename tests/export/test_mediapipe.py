@@ -202,3 +202,43 @@ def test_a_tie_in_quantised_probabilities_is_not_a_decisive_flip():
     figures = compare(reference, tied)  # row 0: a tie where Keras' margin is 0.01; 1: a flip; 2: Keras sure, file flat
     assert figures["top1_agreement"] == 0.0 and figures["near_tie_flips"] == 1
     assert figures["decisive_top1_agreement"] == pytest.approx(1 / 3)
+
+
+def test_without_mediapipe_the_check_is_skipped_with_one_message(monkeypatch, capsys):
+    import sys
+
+    from export import mediapipe_check
+
+    monkeypatch.setitem(sys.modules, "mediapipe", None)  # `import mediapipe...` now raises ImportError
+    monkeypatch.setitem(sys.modules, "mediapipe.tasks", None)
+    monkeypatch.setitem(sys.modules, "mediapipe.tasks.python", None)
+    monkeypatch.setattr(mediapipe_check, "_SKIP_SAID", [])
+    rows = [figures("m.tflite", np.zeros((1, 8, 8, 3), "float32"), np.ones((1, 3)) / 3) for _ in range(2)]
+    assert all(set(r) == {"mediapipe_skipped"} and "mediapipe is not installed" in r["mediapipe_skipped"] for r in rows)
+    assert capsys.readouterr().out.count("MediaPipe check skipped") == 1
+
+
+def test_cli_reports_mediapipe_beside_litert_and_keeps_logits_when_asked(trained_vit, tmp_path):
+    import json
+
+    from export import __main__ as cli
+
+    model, path, _, _ = trained_vit
+    out = tmp_path / "probabilities"
+    assert cli.main([path, "--formats", "tflite", "--quantization", "float32,int8", "--int8-io-type", "int8",
+                     "--calibration-data", "digits", "--output-dir", str(out), "--no-latency"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    rows = {r["name"]: r for r in report["artifacts"]}
+    assert report["scores"] == "probabilities" and rows["model_float32.tflite"]["scores"] == "probabilities"
+    float32 = rows["model_float32.tflite"]
+    assert float32["mediapipe_top1_agreement"] >= 0.99 and abs(float32["mediapipe_accuracy"] - float32["keras_accuracy"]) <= 0.01
+    assert float32["mediapipe_max_score_sum_error"] <= 1e-3
+    assert "got INT8" in rows["model_int8.tflite"]["mediapipe_unsupported"] and rows["model_int8.tflite"]["passed"]
+    out = tmp_path / "logits"
+    assert cli.main([path, "--formats", "tflite", "--quantization", "float32", "--scores", "logits", "--no-mediapipe",
+                     "--output-dir", str(out), "--no-latency"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["scores"] == "logits" and not any(k.startswith("mediapipe") for k in report["artifacts"][0])
+    images = trained_vit[2][:4]
+    np.testing.assert_allclose(_run_tflite(str(out / "model_float32.tflite"), images), model.predict(images, verbose=0),
+                               atol=1e-4)
