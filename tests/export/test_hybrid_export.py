@@ -27,3 +27,6 @@ def test_hybrid_exports_to_every_format_and_matches_keras(tmp_path):
     assert all(a["passed"] for a in artifacts.values()), artifacts
     for name in ("saved_model", "model_float32.tflite", "model.onnx"):
         assert artifacts[name]["max_abs_diff"] < 1e-4, artifacts[name]
+    for name in ("model_float32.tflite", "model_float16.tflite"):  # issue 16: the hybrid runs in MediaPipe too
+        assert artifacts[name]["mediapipe_top1_agreement"] >= 0.95, artifacts[name]
+        assert artifacts[name]["mediapipe_max_score_sum_error"] <= 1e-3
