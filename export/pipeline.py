@@ -367,17 +367,21 @@ def _label_names(labels, class_names, classes):
 
 
 def format_table(report):
-    """The report as a Markdown table: artifact, size, max |diff| (absolute and relative to the logits), cosine,
-    top-1 agreement (all flips, and decisive flips only), accuracy, latency, passed."""
+    """The report as a Markdown table: artifact, size, max |diff| (absolute and relative to the outputs' scale),
+    cosine, top-1 agreement (all flips, and decisive flips only), accuracy, latency, MediaPipe's top-1 agreement
+    (and accuracy; "n/a" where MediaPipe does not run the file, "-" where it was not run), passed."""
     head = ("| artifact | size MB | max abs diff | relative | cosine | top-1 agreement (decisive) | accuracy (keras) "
-            "| latency ms (batch 1) | passed |")
-    rows = [head, "|" + "---|" * 9]
+            "| latency ms (batch 1) | MediaPipe top-1 (accuracy) | passed |")
+    rows = [head, "|" + "---|" * 10]
     for r in report["artifacts"]:
         acc = "-" if "accuracy" not in r else f"{r['accuracy']:.4f} ({r['keras_accuracy']:.4f})"
         fmt = lambda key, spec: "-" if r.get(key) is None else format(r[key], spec)  # noqa: E731
         agreement = "-" if r.get("top1_agreement") is None else f"{r['top1_agreement']:.4f} ({r['decisive_top1_agreement']:.4f})"
+        mediapipe = "n/a" if "mediapipe_unsupported" in r else fmt("mediapipe_top1_agreement", ".4f")
+        if "mediapipe_accuracy" in r:
+            mediapipe += f" ({r['mediapipe_accuracy']:.4f})"
         rows.append(
             f"| {r['name']} | {fmt('size_mb', '.3f')} | {fmt('max_abs_diff', '.2e')} | {fmt('relative_max_abs_diff', '.1e')} | "
-            f"{fmt('cosine', '.6f')} | {agreement} | {acc} | {fmt('latency_ms_batch1', '.3f')} | {'yes' if r['passed'] else 'NO'} |"
+            f"{fmt('cosine', '.6f')} | {agreement} | {acc} | {fmt('latency_ms_batch1', '.3f')} | {mediapipe} | {'yes' if r['passed'] else 'NO'} |"
         )
     return "\n".join(rows)

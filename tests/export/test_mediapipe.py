@@ -218,8 +218,9 @@ def test_without_mediapipe_the_check_is_skipped_with_one_message(monkeypatch, ca
     assert capsys.readouterr().out.count("MediaPipe check skipped") == 1
 
 
-def test_cli_reports_mediapipe_beside_litert_and_keeps_logits_when_asked(trained_vit, tmp_path):
+def test_cli_reports_mediapipe_beside_litert_and_keeps_logits_when_asked(trained_vit, tmp_path, capsys):
     import json
+    import re
 
     from export import __main__ as cli
 
@@ -229,6 +230,10 @@ def test_cli_reports_mediapipe_beside_litert_and_keeps_logits_when_asked(trained
                      "--calibration-data", "digits", "--output-dir", str(out), "--no-latency"]) == 0
     report = json.loads((out / "report.json").read_text())
     rows = {r["name"]: r for r in report["artifacts"]}
+    table = capsys.readouterr().out
+    assert "| latency ms (batch 1) | MediaPipe top-1 (accuracy) | passed |" in table
+    assert re.search(r"\| model_int8.tflite \|.*\| n/a \| yes \|", table)
+    assert re.search(r"\| model_float32.tflite \|.*\| 1\.0000 \(0\.9\d+\) \| yes \|", table), table
     assert report["scores"] == "probabilities" and rows["model_float32.tflite"]["scores"] == "probabilities"
     float32 = rows["model_float32.tflite"]
     assert float32["mediapipe_top1_agreement"] >= 0.99 and abs(float32["mediapipe_accuracy"] - float32["keras_accuracy"]) <= 0.01
