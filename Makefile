@@ -24,6 +24,8 @@ $(STAMP): setup.cfg pyproject.toml Makefile
 	$(PY) -m pip install --quiet -e ".[export,test,bench]"
 	# docs/traps.md: tflite-support pins protobuf<4, which would break TensorFlow; it goes in last, without its deps.
 	$(PY) -m pip install --quiet --no-deps tflite-support==0.4.4
+	# setup.cfg: mediapipe's opencv-contrib-python would clash with opencv-python-headless; its other deps are in.
+	$(PY) -m pip install --quiet --no-deps mediapipe==1.2.3
 	touch $(STAMP)
 
 install: system-deps $(STAMP)

@@ -85,16 +85,22 @@ def test_every_format_exports_a_low_precision_model_as_float32(config, policy, t
     np.testing.assert_allclose(session.run(None, {"images": x})[0], twin, rtol=0, atol=2e-5 * np.abs(twin).max())
 
 
-def test_export_all_traces_and_writes_one_serving_graph(tmp_path, monkeypatch):
-    """STYLE: one trace, many artifacts; before issue 12 every TFLite mode wrote its own SavedModel."""
+@pytest.mark.parametrize("batch_size,graphs", [(None, 1), (1, 2)])
+def test_export_all_traces_and_writes_one_serving_graph_per_batch_setting(tmp_path, monkeypatch, batch_size, graphs):
+    """STYLE: one trace, many artifacts; before issue 12 every TFLite mode wrote its own SavedModel.
+
+    SavedModel and ONNX keep a dynamic batch; TFLite files default to a fixed batch of 1 (issue 11),
+    which is a second serving graph, shared by every TFLite mode.
+    """
     writes = []
     archive_class = type(keras.export.ExportArchive())  # the backend's class (TFExportArchive)
     original = archive_class.write_out
     monkeypatch.setattr(archive_class, "write_out", lambda self, *a, **k: writes.append(a) or original(self, *a, **k))
     model = _random_model(PURE)
-    report = export_all(model, str(tmp_path / "out"), quantizations="float32,float16,dynamic_int8", measure_latency=False)
+    report = export_all(model, str(tmp_path / "out"), quantizations="float32,float16,dynamic_int8", measure_latency=False,
+                        batch_size=batch_size, mediapipe=False)
     assert len(report["artifacts"]) == 5 and all(r["passed"] for r in report["artifacts"])
-    assert len(writes) == 1
+    assert len(writes) == graphs
 
 
 def _other_weights(model):
