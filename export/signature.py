@@ -29,6 +29,7 @@ OUTPUT_NAME = "predictions"
 # Keras dtype policies whose compute (or variable) dtype is not float32; their float32 twin is exported.
 LOW_PRECISION_POLICIES = ("mixed_bfloat16", "mixed_float16", "bfloat16", "float16")
 _LOW_PRECISION_DTYPES = ("bfloat16", "float16")
+_INT8_FRIENDLY_NORMS = ("LayerNormalization", "GroupNormalization")
 SCORES = ("probabilities", "logits")
 
 
@@ -79,6 +80,12 @@ def _to_float32_config(config):
             f"the model holds Keras-quantised layers (dtype policy {name!r}); export the float model and choose "
             "an export quantization (e.g. quantization='int8') instead"
         )
+    if config.get("module") == "keras.layers" and config.get("class_name") in _INT8_FRIENDLY_NORMS:
+        # Keras' norm layers leave a float NEG in int8 files (docs/traps.md); keras_vit's subclasses hold the same
+        # variables and config and compute the same values without it. Files saved before keras_vit had them hold
+        # Keras' class for `encoder_norm`.
+        config = {**config, "module": "keras_vit.layers.normalization",
+                  "registered_name": f"keras_vit>{config['class_name']}"}
     out = {}
     for key, value in config.items():
         if key == "dtype" and isinstance(value, str) and value in (*LOW_PRECISION_POLICIES, *_LOW_PRECISION_DTYPES):
@@ -88,8 +95,21 @@ def _to_float32_config(config):
     return out
 
 
+def _has_keras_norms(model):
+    """True if the model holds Keras' own LayerNormalization / GroupNormalization (not keras_vit's subclasses)."""
+    import keras
+
+    plain = (keras.layers.LayerNormalization, keras.layers.GroupNormalization)
+    return any(type(layer) in plain for layer in _all_layers(model))
+
+
 def float32_twin(model):
     """Returns `model` itself if it computes in float32, else its float32 twin.
+
+    A model that holds Keras' own `LayerNormalization` / `GroupNormalization`
+    (a `.keras` file saved before keras_vit had its own, for `encoder_norm`)
+    is rebuilt too, with keras_vit's layers in their place: the same
+    variables and values, and no float NEG in an int8 file.
 
     The twin is rebuilt from the model's serialised config with every dtype
     policy set to "float32", and given the model's weights cast to float32
@@ -104,7 +124,7 @@ def float32_twin(model):
     import keras
     import numpy as np
 
-    if dtype_policy_name(model) == "float32":
+    if dtype_policy_name(model) == "float32" and not _has_keras_norms(model):
         return model
     config = _to_float32_config(keras.saving.serialize_keras_object(model))
     previous = keras.config.dtype_policy()

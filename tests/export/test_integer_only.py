@@ -60,16 +60,47 @@ def test_int8_with_integer_io_has_no_float_tensor_at_all(graph, io_type):
     assert tflite.float_ops(content) == []
 
 
-def test_a_float_op_in_an_int8_file_fails_the_export(tmp_path):
-    """Keras' own LayerNormalization leaves a float32 NEG: the export fails and writes nothing."""
+def _keras_layer_norm_model():
     keras.utils.set_random_seed(0)
     inputs = keras.Input((8, 8, 3))
     x = keras.layers.Reshape((16, 12))(inputs)
-    x = keras.layers.LayerNormalization(epsilon=1e-6)(x)
+    x = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")(x)
     outputs = keras.layers.Dense(4)(keras.layers.Flatten()(x))
-    model = keras.Model(inputs, outputs)
+    return keras.Model(inputs, outputs)
+
+
+def test_a_float_op_in_an_int8_file_fails_the_check(tmp_path):
+    """Keras' own LayerNormalization, converted straight from the Keras model, leaves a float32 NEG: refused."""
+    import tensorflow as tf
+
+    from export.signature import serving_function
+
+    model = _keras_layer_norm_model()
+    serve, _ = serving_function(model, batch_size=1)
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serving_default", serve)
+    archive.write_out(str(tmp_path / "sm"), verbose=False)
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "sm"))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    samples = np.random.default_rng(1).uniform(-1, 1, (8, 1, 8, 8, 3)).astype("float32")
+    converter.representative_dataset = lambda: ([s] for s in samples)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    content = converter.convert()
+    with pytest.raises(RuntimeError, match=r"not integer-only: .*1 NEG.*A float op in an int8 file fails the export"):
+        tflite.check_integer_only(content, "model.tflite")
+
+
+def test_a_model_with_keras_layer_norm_exports_integer_only(tmp_path):
+    """`.keras` files saved before keras_vit had its own norm hold Keras' class for `encoder_norm`:
+    the export's float32 twin swaps in keras_vit's (same variables), so their int8 file is integer-only too."""
+    model = _keras_layer_norm_model()
     samples = np.random.default_rng(1).uniform(-1, 1, (8, 8, 8, 3)).astype("float32")
     path = tmp_path / "model.tflite"
-    with pytest.raises(RuntimeError, match=r"not integer-only: .*1 NEG.*A float op in an int8 file fails the export"):
-        tflite.export_tflite(model, str(path), quantization="int8", representative_data=samples, progress=False)
-    assert not path.exists() and list(tmp_path.iterdir()) == []
+    tflite.export_tflite(model, str(path), quantization="int8", representative_data=samples, progress=False)
+    content = path.read_bytes()
+    assert tflite.float_ops(content) == [] and "NEG" not in tflite.op_names(content)
+    twin = ServingGraph(model).model
+    assert type(twin.get_layer("encoder_norm")).__module__ == "keras_vit.layers.normalization"
+    x = samples[:4]
+    np.testing.assert_allclose(np.asarray(twin(x)), np.asarray(model(x)), atol=1e-5)
