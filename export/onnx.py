@@ -2,7 +2,7 @@
 
 from keras_vit import _files
 from export.signature import INPUT_NAME, OUTPUT_NAME, prepare
-from export.verify import Artifact, check_artifact
+from export.verify import Artifact, check_artifact, verification_images
 
 DEFAULT_OPSET = 17
 # docs/traps.md: tf2onnx leaves these when it cannot convert something; onnxruntime then refuses the file.
@@ -13,7 +13,7 @@ STANDARD_DOMAINS = ("", "ai.onnx")
 
 
 def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, overwrite=False, verify=True,
-                verification_data=None):
+                verification_data=None, scores=None):
     """Converts `model` to an ONNX file with a dynamic batch, verified before it lands.
 
     Converted with `tf2onnx.convert.from_function` from the float32 serving
@@ -37,6 +37,9 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
         verify: bool, default True; False skips the numeric check.
         verification_data: float32 images `(n, h, w, c)` in [-1, 1];
             default a seeded batch of noise.
+        scores: None (default: "probabilities", or the graph's own when
+            `model` is a `ServingGraph`), "probabilities" (a softmax in the
+            graph when the head has no activation) or "logits".
 
     Returns:
         `path`.
@@ -51,7 +54,8 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
     """
     check_opset(opset)
     _files.check_target(path, overwrite)
-    graph, owned = prepare(model, include_preprocessing)
+    graph, owned = prepare(model, include_preprocessing, scores=scores)
+    check_images = None if verification_data is None else verification_images(verification_data, graph.image_shape)
     try:
         import tf2onnx
 
@@ -63,7 +67,7 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
             with open(tmp, "wb") as f:
                 f.write(content)
             if verify:
-                check_artifact(graph, Artifact(path, "onnx", tmp, "float32", include_preprocessing), verification_data)
+                check_artifact(graph, Artifact(path, "onnx", tmp, "float32", include_preprocessing), check_images)
     finally:
         if owned:
             graph.close()

@@ -4,10 +4,11 @@ import shutil
 
 from keras_vit import _files
 from export.signature import INPUT_NAME, OUTPUT_NAME, prepare
-from export.verify import Artifact, check_artifact
+from export.verify import Artifact, check_artifact, verification_images
 
 
-def export_saved_model(model, path, include_preprocessing=False, overwrite=False, verify=True, verification_data=None):
+def export_saved_model(model, path, include_preprocessing=False, overwrite=False, verify=True, verification_data=None,
+                       scores=None):
     """Writes `model` as a TensorFlow SavedModel folder at `path`, verified before it lands.
 
     Built with Keras' own `keras.export.ExportArchive` (docs/traps.md: wrapping a
@@ -34,6 +35,9 @@ def export_saved_model(model, path, include_preprocessing=False, overwrite=False
             moving it into place; False skips it.
         verification_data: float32 images `(n, h, w, c)` in [-1, 1] to verify
             on; default a seeded batch of noise.
+        scores: None (default: "probabilities", or the graph's own when
+            `model` is a `ServingGraph`), "probabilities" (a softmax in the
+            graph when the head has no activation) or "logits".
 
     Returns:
         `path`.
@@ -46,12 +50,13 @@ def export_saved_model(model, path, include_preprocessing=False, overwrite=False
             the float32 tolerance; nothing is left at `path`.
     """
     _files.check_target(path, overwrite)
-    graph, owned = prepare(model, include_preprocessing)
+    graph, owned = prepare(model, include_preprocessing, scores=scores)
+    check_images = None if verification_data is None else verification_images(verification_data, graph.image_shape)
     try:
         with _files.staged(path, overwrite, directory=True) as tmp:
             shutil.copytree(graph.saved_model_dir(), tmp)
             if verify:
-                check_artifact(graph, Artifact(path, "saved_model", tmp, "float32", include_preprocessing), verification_data)
+                check_artifact(graph, Artifact(path, "saved_model", tmp, "float32", include_preprocessing), check_images)
     finally:
         if owned:
             graph.close()

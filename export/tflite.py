@@ -7,7 +7,7 @@ import numpy as np
 
 from keras_vit import _files
 from export.signature import prepare
-from export.verify import Artifact, check_artifact
+from export.verify import Artifact, check_artifact, verification_images
 
 QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8")
 IO_TYPES = ("float32", "int8", "uint8")
@@ -127,6 +127,7 @@ def export_tflite(
     progress=True,
     verify=True,
     verification_data=None,
+    scores=None,
 ):
     """Converts `model` to a `.tflite` file with builtin ops only, verified before it lands.
 
@@ -178,6 +179,9 @@ def export_tflite(
             structural checks always run).
         verification_data: images in [-1, 1] to verify on (same forms as
             `representative_data`); default: see above.
+        scores: None (default: "probabilities", or the graph's own when
+            `model` is a `ServingGraph`), "probabilities" (a softmax in the
+            graph when the head has no activation) or "logits".
 
     Returns:
         `path`.
@@ -197,7 +201,7 @@ def export_tflite(
     check_quantization(quantization, io_type)
     if batch_size not in (None, 1):
         raise ValueError(f"`batch_size` must be None (dynamic) or 1. Received: batch_size={batch_size!r}")
-    graph, owned = prepare(model, include_preprocessing, batch_size)
+    graph, owned = prepare(model, include_preprocessing, batch_size, scores)
     try:
         samples = None
         if quantization == "int8":
@@ -206,7 +210,7 @@ def export_tflite(
             samples = representative_samples(representative_data, graph.image_shape, include_preprocessing)
         check_images = None
         if verification_data is not None:
-            check_images = representative_samples(verification_data, graph.image_shape, max_samples=64)
+            check_images = verification_images(verification_data, graph.image_shape)
         elif samples is not None:  # real images when there are: calibration images, back in [-1, 1]
             check_images = samples[:64] / 127.5 - 1.0 if include_preprocessing else samples[:64]
         _files.check_target(path, overwrite)

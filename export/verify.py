@@ -328,6 +328,35 @@ NOISE_HINT = (
 )
 
 
+def verification_images(data, shape, max_samples=64):
+    """The images an export function verifies on, from its `verification_data` argument.
+
+    Args:
+        data: images in [-1, 1] as a NumPy array `(n, h, w, c)` (or one
+            image `(h, w, c)`), a `tf.data.Dataset` (tuples, images or TFDS
+            dicts), or an image folder: the forms of
+            `export.tflite.representative_samples`.
+        shape: (height, width, channels) of the model input.
+
+    Returns:
+        float32 `(n, height, width, channels)`, at most `max_samples`.
+
+    Raises:
+        ValueError: no images, or images of another shape; names
+            `verification_data`.
+    """
+    from export.tflite import representative_samples
+
+    try:
+        return representative_samples(data, shape, max_samples=max_samples)
+    except ValueError as e:
+        detail = str(e).split("Received: ")[-1] if "Received: " in str(e) else "no images"
+        raise ValueError(
+            f"`verification_data` must hold images of shape (n, {', '.join(map(str, shape))}) in [-1, 1]. "
+            f"Received: {detail}"
+        ) from None
+
+
 def seeded_images(shape, n=SEEDED_SAMPLES):
     """A seeded batch of uniform noise in [-1, 1], float32 `(n, *shape)`: the default check of an export function."""
     return np.random.default_rng(0).uniform(-1.0, 1.0, (n, *shape)).astype("float32")

@@ -277,3 +277,33 @@ def test_a_low_precision_model_keras_cannot_rebuild_is_a_clear_error(tmp_path):
                                          r"config \(Could not locate class 'Unregistered'\)\. Register custom layers"):
         export_onnx(model, str(tmp_path / "m.onnx"))
     assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("fmt", list(EXPORTERS))
+def test_verification_data_is_checked_up_front_and_named(fmt, tmp_path):
+    """A fresh-user review: a wrong shape gave a raw TensorFlow error or blamed the calibration data."""
+    model = _random_model(PURE)
+    path = str(tmp_path / {"saved_model": "sm", "tflite": "m.tflite", "onnx": "m.onnx"}[fmt])
+    for bad, received in ((np.zeros((4, 16, 16, 1), "float32"), r"images of shape \(4, 16, 16, 1\)"),
+                          (np.zeros((0, 16, 16, 3), "float32"), "no images")):
+        with pytest.raises(ValueError, match=r"`verification_data` must hold images of shape \(n, 16, 16, 3\) in "
+                                             rf"\[-1, 1\]. Received: {received}"):
+            EXPORTERS[fmt](model, path, verification_data=bad)
+        assert not os.listdir(tmp_path)
+    EXPORTERS[fmt](model, path, verification_data=_noise((16, 16, 3), 1)[0])  # one image without a batch axis
+    assert os.path.exists(path)
+
+
+@pytest.mark.parametrize("fmt", list(EXPORTERS))
+def test_each_export_function_takes_scores(fmt, tmp_path):
+    """A fresh-user review: only export_all took `scores`; the per-format functions always added a softmax."""
+    model = _random_model(PURE)
+    x = _noise((16, 16, 3), 4)
+    logits = np.asarray(float32_twin(model)(x))
+    path = str(tmp_path / {"saved_model": "sm", "tflite": "m.tflite", "onnx": "m.onnx"}[fmt])
+    EXPORTERS[fmt](model, path, scores="logits")
+    from export.verify import run_artifact
+
+    out = np.concatenate([run_artifact(Artifact(fmt, fmt, path), x[i:i + 1]) for i in range(len(x))])
+    np.testing.assert_allclose(out, logits, atol=2e-5 * np.abs(logits).max())
+    assert not np.allclose(out.sum(-1), 1.0)  # raw logits, not probabilities
