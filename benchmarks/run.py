@@ -3,6 +3,7 @@
     make bench                                   # everything (tens of minutes on 2 cores)
     .venv/bin/python -m benchmarks.run --models Ti16 --sections train
     .venv/bin/python -m benchmarks.run --quick   # a tiny model, a few minutes: checks that it all runs
+    .venv/bin/python -m benchmarks.run --sections edge   # the edge table only (benchmarks/edge.py)
 
 Partial and --quick runs write to runs/bench/ (not the committed benchmarks/results/); a run in which
 a figure failed writes incomplete.json/.md and exits 1.
@@ -298,6 +299,33 @@ def run_isolated(job, settings):
     return rows
 
 
+def run_edge(models, quick, update_readme, output_dir):
+    """The edge table (benchmarks/edge.py: every TFLite and ONNX mode, batch 1, 1 and 2 threads) in a child process.
+
+    Its own markers in benchmarks/README.md (`<!-- edge:begin -->`) take the table with `update_readme`.
+    Returns False when the child failed.
+    """
+    import subprocess
+
+    from benchmarks.edge import MODELS
+
+    names = [m for m in models if m in MODELS]
+    if not quick and not names:
+        print(f"edge table: none of {', '.join(models)} is in it ({', '.join(MODELS)}); skipped", flush=True)
+        return True
+    cmd = [sys.executable, "-m", "benchmarks.edge", "--output", os.path.join(output_dir, "edge.json")]
+    if quick:
+        cmd.append("--quick")
+    elif set(names) != set(MODELS):
+        cmd += ["--models", ",".join(names)]
+    if update_readme:
+        cmd.append("--update-readme")
+    proc = subprocess.run(cmd, cwd=os.path.dirname(HERE))
+    if proc.returncode != 0:
+        print(f"edge table failed (exit status {proc.returncode}); its figures are missing", flush=True)
+    return proc.returncode == 0
+
+
 def _child(spec):
     """The child side of `run_isolated`: measure, write the rows as JSON."""
     rows = run_job(spec["job"], {k: tuple(v) for k, v in spec["models"].items()}, spec["image"], spec["batch"],
@@ -475,7 +503,8 @@ def markdown(result):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=None, help="comma list of Ti16, S16, B16 (default: all)")
-    parser.add_argument("--sections", default=None, help="comma list of train, infer, artifacts (default: all)")
+    parser.add_argument("--sections", default=None,
+                        help="comma list of train, infer, artifacts, edge (default: all)")
     parser.add_argument("--image-size", type=int, default=None, help="pixels, a multiple of 16 (default 224)")
     parser.add_argument("--train-batch", type=int, default=None, help="training batch (default 8)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per figure (default 3)")
@@ -514,10 +543,10 @@ def main(argv=None):
                 parser.error(f"{flag} must be >= {low}. Received: {value}")
         if image < 16 or image % 16:
             parser.error(f"--image-size must be a multiple of 16 (the patch size), at least 16. Received: {image}")
-    sections = (args.sections or "train,infer,artifacts").split(",")
-    unknown = [x for x in sections if x not in ("train", "infer", "artifacts")]
+    sections = (args.sections or "train,infer,artifacts,edge").split(",")
+    unknown = [x for x in sections if x not in ("train", "infer", "artifacts", "edge")]
     if unknown:
-        parser.error(f"--sections: unknown {', '.join(unknown)} (choose from train, infer, artifacts)")
+        parser.error(f"--sections: unknown {', '.join(unknown)} (choose from train, infer, artifacts, edge)")
     full = not args.quick and all(value is None for value in tuning.values()) and args.sections is None
     readme = os.path.join(HERE, "README.md")
     if args.update_readme:
@@ -540,6 +569,8 @@ def main(argv=None):
         got = run_isolated(job, settings)
         rows += got
         failed += not got
+    if "edge" in sections:
+        failed += not run_edge(models, args.quick, args.update_readme, output_dir)
     import keras
     import tensorflow as tf
     import torch

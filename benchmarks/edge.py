@@ -1,0 +1,484 @@
+"""Edge table: every TFLite and ONNX mode of ViT-Ti/16 and ViT-S/16 at 224 px, batch 1, on 1 and 2 threads.
+
+    .venv/bin/python -m benchmarks.edge                      # Ti16 and S16, every mode (~20 min on 2 cores)
+    .venv/bin/python -m benchmarks.edge --models Ti16 --modes int8,dynamic_int8
+    .venv/bin/python -m benchmarks.edge --quick              # a tiny model at 32 px: a smoke run of a minute
+
+Issue 11, item 6. The modes come from the export package: `export.tflite.QUANTIZATIONS` for TFLite and
+`export.onnx.QUANTIZATIONS` or `export.onnx_quantization.ONNX_QUANTIZATIONS` (when `export_onnx` takes
+`quantization=`; else float32 only) for ONNX. A
+mode the issue asks for that the package does not offer yet, or that fails to export, is skipped with
+a note. Files are made by the export functions from one float32 `ServingGraph` per model (the
+TFLite files from its batch-1 twin), with `verify=False`: agreement is measured here on more inputs.
+
+Per file:
+- latency: LiteRT (`ai_edge_litert`, XNNPACK, `num_threads`) or onnxruntime (`intra_op_num_threads`,
+  sequential), batch 1, on 1 and 2 threads. The files are timed in alternation, `--rounds` times, so
+  that the machine's load falls on all alike; a figure is the median over rounds of the median of
+  `--runs` calls. Ratio to float32 is that of the same format in the same run; speed-up is 1 thread
+  over 2 threads.
+- size: bytes on disk, and the ratio to the same format's float32 file.
+- top-1 agreement with the Keras model (its float32 twin, through the same serving function) on
+  `--samples` seeded inputs, run on 2 threads: raw, and `export.verify.compare`'s
+  decisive_top1_agreement (flips where Keras' margin is under 1% of its top score not counted).
+  Random-init weights are all there is here (no download) and keras_vit's head is zero-initialised:
+  every logit would be 0, every top-1 a tie. So the head is replaced by a seeded one
+  (`decisive_head`): a normal kernel, centred on the inputs' mean feature and scaled so that the
+  logits' spread over the inputs is `HEAD_SPREAD`; the top-1 class then follows the input.
+- off XNNPACK: ops of the file that LiteRT's XNNPACK delegate leaves to builtin kernels
+  (`export.profile.tflite_profile`), and float ops in a quantised graph.
+
+The issue's bars (ViT-Ti/16, 1 thread) are checked under the table, met or not, with the figure.
+Nothing here asserts a time.
+"""
+
+import argparse
+import inspect
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+MODELS = {"Ti16": "ViTTi16", "S16": "ViTS16"}
+QUICK_MODEL = "tiny"
+FORMATS = ("tflite", "onnx")
+# What issue 11 asks the table to cover; a mode here that the export package lacks is a note, not a row.
+ISSUE_MODES = {
+    "tflite": ("float32", "float16", "dynamic_int8", "int8", "int16x8", "weight_only_int8", "weight_only_int4"),
+    "onnx": ("float32", "dynamic_int8", "int8"),
+}
+HEAD_SPREAD = 4.0  # standard deviation of the seeded head's logits over the inputs
+CALIBRATION_SAMPLES = 32
+README_BEGIN, README_END = "<!-- edge:begin -->", "<!-- edge:end -->"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def available_modes():
+    """`{"tflite": modes, "onnx": modes}` offered by the installed export package, float32 first."""
+    from export import onnx as export_onnx_module
+    from export import tflite as export_tflite_module
+
+    onnx_modes = getattr(export_onnx_module, "QUANTIZATIONS", None)
+    if onnx_modes is None:
+        try:
+            from export.onnx_quantization import ONNX_QUANTIZATIONS as onnx_modes
+        except ImportError:
+            onnx_modes = None
+    if onnx_modes is None or "quantization" not in inspect.signature(export_onnx_module.export_onnx).parameters:
+        onnx_modes = ("float32",)
+    out = {"tflite": tuple(export_tflite_module.QUANTIZATIONS), "onnx": tuple(onnx_modes)}
+    return {fmt: ("float32",) + tuple(m for m in modes if m != "float32") for fmt, modes in out.items()}
+
+
+def plan(wanted=None):
+    """The (format, mode) pairs to measure and notes on the issue's modes that are left out.
+
+    Args:
+        wanted: None (every available mode), or a list of "mode" (in every format that has it) or
+            "format:mode" strings. float32 of each format is always measured (the ratios' base).
+
+    Returns:
+        (pairs, notes): pairs is a list of (format, mode); notes a list of strings.
+
+    Raises:
+        ValueError: a wanted entry names an unknown format, or a mode neither the package nor the issue
+            knows (the message lists the choices).
+    """
+    modes = available_modes()
+    notes = [f"{fmt} {mode}: not offered by the export package yet (export.{fmt}); skipped"
+             for fmt in FORMATS for mode in ISSUE_MODES[fmt] if mode not in modes[fmt]]
+    if wanted is None:
+        return [(fmt, mode) for fmt in FORMATS for mode in modes[fmt]], notes
+    chosen = set()
+    known = {m for fmt in FORMATS for m in modes[fmt] + ISSUE_MODES[fmt]}
+    for entry in wanted:
+        fmt, _, mode = entry.rpartition(":")
+        if fmt and fmt not in FORMATS:
+            raise ValueError(f"--modes: unknown format {fmt!r} (choose from {', '.join(FORMATS)}). Received: {entry!r}")
+        if mode not in known:
+            raise ValueError(f"--modes: unknown mode {mode!r} (choose from {', '.join(sorted(known))}). "
+                             f"Received: {entry!r}")
+        chosen.update((f, mode) for f in ([fmt] if fmt else FORMATS))
+    pairs = [(fmt, mode) for fmt in FORMATS for mode in modes[fmt] if mode == "float32" or (fmt, mode) in chosen]
+    missing = sorted((fmt, mode) for fmt, mode in chosen if mode not in modes[fmt] and mode in ISSUE_MODES[fmt])
+    notes = [f"{fmt} {mode}: not offered by the export package yet (export.{fmt}); skipped" for fmt, mode in missing]
+    return pairs, notes
+
+
+def build(name):
+    """A random-init float32 model, seed 0: "tiny" (32 px, smoke runs) or a key of `MODELS` (224 px, 1000 classes)."""
+    import keras
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    if name == QUICK_MODEL:
+        return keras_vit.VisionTransformer(patch_size=8, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
+                                           input_shape=(32, 32, 3), classes=10, classifier_activation=None, name="tiny")
+    return getattr(keras_vit, MODELS[name])(weights=None, input_shape=(224, 224, 3), classes=1000,
+                                            classifier_activation=None)
+
+
+def inputs(shape, n, seed):
+    """`n` seeded float32 images `(n, *shape)` in [-1, 1]: smooth random fields (an 8 x 8 grid, bilinear) plus noise.
+
+    Smooth fields differ from one another in what a ViT sees (patch means and gradients); i.i.d. pixel
+    noise averages out in every patch and gives nearly the same features for every input.
+    """
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    height, width, channels = shape
+    coarse = rng.uniform(-1, 1, (n, 8, 8, channels)).astype("float32")
+    fields = tf.image.resize(coarse, (height, width), method="bilinear").numpy()
+    noise = rng.uniform(-0.1, 0.1, (n, *shape)).astype("float32")
+    return np.clip(0.9 * fields + noise, -1, 1).astype("float32")
+
+
+def decisive_head(model, images, spread=HEAD_SPREAD, seed=0):
+    """Replaces the zero-initialised head `predictions` by a seeded one whose top-1 class follows the input.
+
+    kernel = W * s, bias = -mean(f) @ W * s, with W ~ N(0, 1) seeded `(features, classes)`, f the head's
+    input features of `images`, and s chosen so that the logits' standard deviation over `images` and
+    classes is `spread`. Returns `{"distinct_top1", "median_margin"}` of the new logits on `images`
+    (margin: top-1 minus top-2 logit).
+    """
+    import keras
+
+    head = model.get_layer("predictions")
+    features = keras.Model(model.input, head.input).predict(images, verbose=0).astype("float64")
+    w = np.random.default_rng(seed).standard_normal((features.shape[-1], head.units))
+    centred = (features - features.mean(0)) @ w
+    scale = spread / max(float(centred.std()), 1e-12)
+    head.set_weights([(w * scale).astype("float32"), (-features.mean(0) @ w * scale).astype("float32")])
+    logits = np.sort(centred * scale, axis=-1)
+    return {"distinct_top1": int(len(np.unique(centred.argmax(-1)))),
+            "median_margin": float(np.median(logits[:, -1] - logits[:, -2]))}
+
+
+def _export_kwargs(function, **candidates):
+    """The keyword arguments `function` accepts, of `candidates`."""
+    accepted = inspect.signature(function).parameters
+    return {k: v for k, v in candidates.items() if k in accepted}
+
+
+def export_files(model, folder, pairs, calibration, images, progress=print):
+    """Writes each (format, mode) file with the export functions from one serving graph.
+
+    Returns `(files, notes, reference)`: files `{(format, mode): {"path", "export_s"}}`; a mode whose export
+    raises is left out with a note naming the error's first line; reference: what the serving graph
+    outputs for `images` (the float32 twin, probabilities), float32 `(n, classes)`.
+    """
+    from export import export_onnx, export_tflite
+    from export.signature import ServingGraph, prepare
+
+    files, notes = {}, []
+    with ServingGraph(model) as graph:
+        tflite_graph, owned = prepare(graph, batch_size=1)
+        try:
+            for fmt, mode in pairs:
+                path = os.path.join(folder, f"{model.name}_{mode}.{fmt}")
+                start = time.perf_counter()
+                try:
+                    if fmt == "tflite":
+                        export_tflite(tflite_graph, path, quantization=mode, representative_data=calibration,
+                                      overwrite=True, progress=False, verify=False)
+                    else:
+                        extra = {} if mode == "float32" else _export_kwargs(
+                            export_onnx, quantization=mode, representative_data=calibration)
+                        export_onnx(graph, path, overwrite=True, verify=False, **extra)
+                except (ValueError, RuntimeError, ImportError, NotImplementedError) as e:
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    notes.append(f"{fmt} {mode}: export failed, skipped ({type(e).__name__}: {first[:200]})")
+                    progress(f"  {model.name} {fmt} {mode}: export failed: {first[:200]}")
+                    continue
+                files[(fmt, mode)] = {"path": path, "export_s": time.perf_counter() - start}
+                progress(f"  {model.name} {fmt} {mode}: {os.path.getsize(path) / 1e6:.2f} MB in "
+                         f"{files[(fmt, mode)]['export_s']:.0f} s")
+            return files, notes, graph.predict(images)
+        finally:
+            if owned:
+                tflite_graph.close()
+
+
+def runner(fmt, path, threads):
+    """A zero-argument call that runs one batch-1 seeded image through the file on `threads` threads."""
+    from export.verify import _tflite_invoke
+
+    if fmt == "tflite":
+        from ai_edge_litert.interpreter import Interpreter
+
+        interpreter = Interpreter(model_path=path, num_threads=threads)
+        interpreter.allocate_tensors()
+        shape = tuple(interpreter.get_input_details()[0]["shape"])
+        image = np.random.default_rng(0).uniform(-1, 1, shape).astype("float32")
+        return lambda: _tflite_invoke(interpreter, image), (lambda x: _tflite_invoke(interpreter, x))
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    shape = [1, *session.get_inputs()[0].shape[1:]]
+    image = np.random.default_rng(0).uniform(-1, 1, shape).astype("float32")
+    return lambda: session.run(None, {name: image}), (lambda x: session.run(None, {name: x})[0])
+
+
+def agreement(fmt, path, images, reference, threads=2, budget_s=None, progress=print):
+    """Top-1 agreement of the file with `reference` outputs on `images`, one image at a time, on `threads` threads.
+
+    One call is timed first; with `budget_s`, the inputs are cut to what fits in it (at least 32).
+    Returns `export.verify.compare`'s figures plus "samples" and "single_ms".
+    """
+    from export.verify import compare
+
+    _, predict = runner(fmt, path, threads)
+    start = time.perf_counter()
+    first = predict(images[:1])
+    single = time.perf_counter() - start
+    n = len(images)
+    if budget_s is not None and single * n > budget_s:
+        n = max(32, min(n, int(budget_s / single)))
+    progress(f"    one inference {1000 * single:.1f} ms; agreement on {n} inputs ({threads} threads)")
+    outputs = np.concatenate([first] + [predict(images[i:i + 1]) for i in range(1, n)])
+    figures = compare(reference[:n], outputs)
+    return {**figures, "samples": n, "single_ms": 1000 * single}
+
+
+def latencies(files, rounds, runs, threads=(1, 2), progress=print):
+    """`{(format, mode, threads): ms}`: median over `rounds` interleaved rounds of the median of `runs` calls."""
+    calls = {(fmt, mode, t): runner(fmt, spec["path"], t)[0] for (fmt, mode), spec in files.items() for t in threads}
+    for call in calls.values():  # warm-up (XNNPACK packs weights on the first call)
+        call()
+        call()
+    times = {key: [] for key in calls}
+    for r in range(rounds):
+        for key, call in calls.items():
+            one = []
+            for _ in range(runs):
+                start = time.perf_counter()
+                call()
+                one.append(time.perf_counter() - start)
+            times[key].append(statistics.median(one))
+        progress(f"    latency round {r + 1}/{rounds} done")
+    return {key: 1000 * statistics.median(v) for key, v in times.items()}
+
+
+def measure(names, pairs, samples=256, rounds=10, runs=10, calibration_samples=CALIBRATION_SAMPLES, folder=None,
+            agreement_budget_s=None, progress=print):
+    """The edge table's rows: one per (model, format, mode) exported, plus the notes of what was skipped.
+
+    Returns `(rows, notes)`. A row: model, format, mode, size_bytes, size_ratio, ms_1, ms_2, ratio_1, ratio_2
+    (latency / the same format's float32 latency, same run, same threads), speedup (ms_1 / ms_2),
+    top1_agreement, decisive_top1_agreement, samples, single_ms, ops, off_delegate, partitions, float_ops
+    (TFLite only; None for ONNX), export_s.
+    """
+    folder = folder or tempfile.mkdtemp(prefix="keras_vit_edge_")
+    rows, notes = [], []
+    for name in names:
+        t0 = time.perf_counter()
+        model = build(name)
+        shape = tuple(model.input_shape[1:])
+        data = inputs(shape, samples, seed=1)
+        head = decisive_head(model, data)
+        progress(f"{name}: seeded head, {head['distinct_top1']} distinct top-1 classes on {samples} inputs, "
+                 f"median top-1 margin {head['median_margin']:.2f} logits")
+        files, skipped, reference = export_files(model, folder, pairs, inputs(shape, calibration_samples, seed=2),
+                                                 data, progress)
+        notes += [f"{name}: {note}" for note in skipped]
+        measured = {}
+        for (fmt, mode), spec in files.items():
+            progress(f"  {name} {fmt} {mode}:")
+            measured[(fmt, mode)] = agreement(fmt, spec["path"], data, reference, budget_s=agreement_budget_s,
+                                              progress=progress)
+        ms = latencies(files, rounds, runs, progress=progress)
+        for (fmt, mode), spec in files.items():
+            rows.append(_row(name, fmt, mode, spec, files, measured[(fmt, mode)], ms))
+        progress(f"{name}: done in {time.perf_counter() - t0:.0f} s")
+    return rows, notes
+
+
+def _row(name, fmt, mode, spec, files, figures, ms):
+    from export.profile import tflite_profile
+
+    size = os.path.getsize(spec["path"])
+    base = files.get((fmt, "float32"))
+    row = {"model": name, "format": fmt, "mode": mode, "size_bytes": size,
+           "size_ratio": size / os.path.getsize(base["path"]) if base else None,
+           "ms_1": ms[(fmt, mode, 1)], "ms_2": ms[(fmt, mode, 2)],
+           "top1_agreement": figures["top1_agreement"], "decisive_top1_agreement": figures["decisive_top1_agreement"],
+           "samples": figures["samples"], "single_ms": figures["single_ms"], "export_s": spec["export_s"],
+           "ops": None, "off_delegate": None, "partitions": None, "float_ops": None}
+    for t in (1, 2):
+        row[f"ratio_{t}"] = ms[(fmt, mode, t)] / ms[(fmt, "float32", t)] if base else None
+    row["speedup"] = row["ms_1"] / row["ms_2"]
+    if fmt == "tflite":
+        profile = tflite_profile(spec["path"], measure_latency=False)
+        row.update(ops=profile["num_ops"], off_delegate=profile["num_ops"] - profile["xnnpack_ops"],
+                   partitions=profile["xnnpack_partitions"], float_ops=profile["float_ops_in_quantised_graph"])
+    return row
+
+
+def bars(rows, model="Ti16"):
+    """Issue 11's bars on `model` (1 thread, same run): a list of {"bar", "figure", "met"} (met None: not measured)."""
+    by = {(r["format"], r["mode"]): r for r in rows if r["model"] == model}
+    out = []
+
+    def bar(text, key, figure, test):
+        row = by.get(key)
+        if row is None:
+            out.append({"bar": text, "figure": f"{key[0]} {key[1]} not in this run", "met": None})
+        else:
+            value, shown = figure(row)
+            out.append({"bar": text, "figure": shown, "met": bool(test(row, value))})
+
+    bar("full-integer int8 <= 0.6x float32 latency, integer-only", ("tflite", "int8"),
+        lambda r: (r["ratio_1"], f"{r['ratio_1']:.2f}x, {r['float_ops']} float ops"),
+        lambda r, v: v <= 0.6 and r["float_ops"] == 0)
+    bar("dynamic_int8 <= 0.55x float32 latency", ("tflite", "dynamic_int8"),
+        lambda r: (r["ratio_1"], f"{r['ratio_1']:.2f}x"), lambda r, v: v <= 0.55)
+    bar("int16x8 top-1 agreement >= 99%", ("tflite", "int16x8"),
+        lambda r: (r["decisive_top1_agreement"], f"{r['decisive_top1_agreement']:.1%}"), lambda r, v: v >= 0.99)
+    bar("weight_only_int4 size <= 0.2x float32, agreement >= 97%", ("tflite", "weight_only_int4"),
+        lambda r: (r["size_ratio"], f"{r['size_ratio']:.3f}x, {r['decisive_top1_agreement']:.1%}"),
+        lambda r, v: v <= 0.2 and r["decisive_top1_agreement"] >= 0.97)
+    slow = [f"{r['format']} {r['mode']} {r['speedup']:.2f}x" for r in by.values() if r["speedup"] < 1.5]
+    if by:
+        low = min(by.values(), key=lambda r: r["speedup"])
+        out.append({"bar": "every mode: 2 threads >= 1.5x faster than 1 thread",
+                    "figure": ("below: " + ", ".join(slow)) if slow else f"lowest {low['speedup']:.2f}x",
+                    "met": not slow})
+    has_s = any(r["model"] == "S16" for r in rows)
+    out.append({"bar": "ViT-S/16 in the same table", "figure": "present" if has_s else "not in this run",
+                "met": has_s if any(r["model"] != QUICK_MODEL for r in rows) else None})
+    return out
+
+
+def _f(value, spec):
+    return "n/a" if value is None else format(value, spec)
+
+
+def markdown(result):
+    """The result of `run` as Markdown: the table, the bars, the notes."""
+    lines = [f"{result['machine']}. Batch 1; latency: median of {result['rounds']} interleaved rounds of the median "
+             f"of {result['runs']} calls; agreement on {result['samples']} seeded inputs (2 threads), seeded "
+             f"decisive head (`benchmarks/edge.py`).", "",
+             "| model | format | mode | ms, 1 thread | ms, 2 threads | x float32 (1 / 2 threads) | 2-thread speed-up "
+             "| MB | x float32 size | top-1 agreement (decisive) | ops off XNNPACK / ops (partitions) | float ops |",
+             "|" + "---|" * 12]
+    for r in result["rows"]:
+        off = "n/a" if r["ops"] is None else f"{r['off_delegate']} / {r['ops']} ({r['partitions']})"
+        lines.append(
+            f"| {r['model']} | {r['format']} | {r['mode']} | {r['ms_1']:.2f} | {r['ms_2']:.2f} | "
+            f"{_f(r['ratio_1'], '.2f')} / {_f(r['ratio_2'], '.2f')} | {r['speedup']:.2f}x | "
+            f"{r['size_bytes'] / 1e6:.2f} | {_f(r['size_ratio'], '.3f')} | "
+            f"{r['top1_agreement']:.1%} ({r['decisive_top1_agreement']:.1%}) | {off} | {_f(r['float_ops'], 'd')} |")
+    lines += ["", "Bars of issue 11 (ViT-Ti/16, 1 thread, same run):", ""]
+    for b in result["bars"]:
+        verdict = {True: "met", False: "**not met**", None: "not measured"}[b["met"]]
+        lines.append(f"- {b['bar']}: {verdict} ({b['figure']})")
+    if result["notes"]:
+        lines += ["", "Skipped:", ""] + [f"- {note}" for note in result["notes"]]
+    return "\n".join(lines)
+
+
+def run(names, wanted=None, samples=256, rounds=10, runs=10, agreement_budget_s=None, folder=None, progress=print):
+    """Measures the table; returns the JSON-ready result (machine, settings, rows, bars, notes)."""
+    import platform
+
+    import ai_edge_litert
+    import onnxruntime
+    import tensorflow as tf
+
+    pairs, notes = plan(wanted)
+    progress(f"modes: {', '.join(f'{fmt} {mode}' for fmt, mode in pairs)}")
+    rows, skipped = measure(names, pairs, samples, rounds, runs, folder=folder, agreement_budget_s=agreement_budget_s,
+                            progress=progress)
+    litert = getattr(ai_edge_litert, "__version__", "?")
+    result = {"machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, TensorFlow {tf.__version__}, LiteRT "
+                         f"{litert}, onnxruntime {onnxruntime.__version__}",
+              "models": list(names), "samples": samples, "rounds": rounds, "runs": runs, "rows": rows,
+              "notes": notes + skipped}
+    result["bars"] = bars(rows)
+    return result
+
+
+def update_readme(table, readme=os.path.join(HERE, "README.md")):
+    """Puts `table` between the edge markers of benchmarks/README.md (written to a temporary file, then moved)."""
+    from keras_vit._files import staged
+
+    text = open(readme).read()
+    if README_BEGIN not in text or README_END not in text:
+        raise ValueError(f"{readme} lacks the {README_BEGIN} / {README_END} markers")
+    head, rest = text.split(README_BEGIN, 1)
+    with staged(readme, overwrite=True) as tmp, open(tmp, "w") as f:
+        f.write(f"{head}{README_BEGIN}\n{table}\n{README_END}{rest.split(README_END, 1)[1]}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.edge", description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=None, help=f"comma list of {', '.join(MODELS)} (default: all)")
+    parser.add_argument("--modes", default=None,
+                        help="comma list of modes (every format that has it) or format:mode, e.g. int8,onnx:float32; "
+                             "float32 is always measured (default: every mode the export package offers)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a tiny model at 32 px, 32 inputs, 2 rounds of 3 calls: a smoke run")
+    parser.add_argument("--samples", type=int, default=None, help="agreement inputs (default 256)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved latency rounds (default 10)")
+    parser.add_argument("--runs", type=int, default=None, help="calls per round (default 10)")
+    parser.add_argument("--agreement-budget", type=float, default=None,
+                        help="seconds per file for the agreement; fewer inputs (at least 32) when one inference "
+                             "says it would take longer (default: no limit)")
+    parser.add_argument("--output", default=None, help="also write the result as JSON here")
+    parser.add_argument("--update-readme", action="store_true",
+                        help="put the table into benchmarks/README.md (full runs only)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+    def fail(message):
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    for flag, value in (("samples", args.samples), ("rounds", args.rounds), ("runs", args.runs)):
+        if value is not None and value < 1:
+            fail(f"--{flag} must be a positive int. Received: {value}")
+    if args.quick:
+        if args.models:
+            fail("--quick uses its own tiny model; drop --models")
+        names, samples, rounds, runs = [QUICK_MODEL], args.samples or 32, args.rounds or 2, args.runs or 3
+    else:
+        names = [m.strip() for m in (args.models or ",".join(MODELS)).split(",") if m.strip()]
+        unknown = [m for m in names if m not in MODELS]
+        if unknown:
+            fail(f"--models: unknown {', '.join(unknown)} (choose from {', '.join(MODELS)}). Received: {args.models}")
+        samples, rounds, runs = args.samples or 256, args.rounds or 10, args.runs or 10
+    wanted = None if args.modes is None else [m.strip() for m in args.modes.split(",") if m.strip()]
+    try:
+        plan(wanted)
+    except ValueError as e:
+        fail(str(e))
+    full = not args.quick and args.models is None and args.modes is None and args.samples in (None, 256)
+    if args.update_readme and not full:
+        fail("--update-readme needs a full run (no --quick, --models, --modes or --samples)")
+    result = run(names, wanted, samples, rounds, runs, args.agreement_budget,
+                 progress=lambda text: print(text, flush=True))
+    table = markdown(result)
+    print()
+    print(table)
+    if args.output:
+        from keras_vit._files import staged
+
+        with staged(args.output, overwrite=True) as tmp, open(tmp, "w") as f:
+            json.dump(result, f, indent=1)
+    if args.update_readme:
+        update_readme(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
