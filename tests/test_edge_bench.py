@@ -115,3 +115,24 @@ def test_cli_errors_exit_2():
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2, argv
+
+
+def test_make_bench_runs_the_edge_table_in_a_child_process(monkeypatch, tmp_path):
+    import subprocess
+
+    from benchmarks import run
+
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, cwd: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    out = str(tmp_path)
+    assert run.run_edge({"Ti16": 0, "S16": 0, "B16": 0}, False, True, out)  # make bench: a full run
+    assert run.run_edge({"S16": 0}, False, False, out)
+    assert run.run_edge({"tiny": 0}, True, False, out)
+    assert run.run_edge({"B16": 0}, False, False, out)  # no edge model: nothing to run
+    tail = [cmd[1:] for cmd in calls]
+    edge_json = ["--output", str(tmp_path / "edge.json")]
+    assert tail == [["-m", "benchmarks.edge", *edge_json, "--update-readme"],
+                    ["-m", "benchmarks.edge", *edge_json, "--models", "S16"],
+                    ["-m", "benchmarks.edge", *edge_json, "--quick"]]
+    monkeypatch.setattr(subprocess, "run", lambda cmd, cwd: subprocess.CompletedProcess(cmd, 1))
+    assert not run.run_edge({"Ti16": 0}, False, False, out)  # a failed child is a failed job
