@@ -254,6 +254,15 @@ def agreement(fmt, path, images, reference, threads=2, budget_s=None, progress=p
 def latencies(files, rounds, runs, threads=(1, 2), progress=print):
     """`{(format, mode, threads): ms}`: median over `rounds` interleaved rounds of the median of `runs` calls."""
     calls = {(fmt, mode, t): runner(fmt, spec["path"], t)[0] for (fmt, mode), spec in files.items() for t in threads}
+    return interleaved_ms(calls, rounds, runs, progress)
+
+
+def interleaved_ms(calls, rounds, runs, progress=print):
+    """`{key: ms}` of `{key: zero-argument call}`: two warm-up calls each, then `rounds` rounds that call each in turn
+    `runs` times; a figure is the median over rounds of the round's median, in milliseconds (wall clock).
+
+    Needs only the standard library (benchmarks/edge_peer.py uses it in its own environment).
+    """
     for call in calls.values():  # warm-up (XNNPACK packs weights on the first call)
         call()
         call()
@@ -305,8 +314,6 @@ def measure(names, pairs, samples=256, rounds=10, runs=10, calibration_samples=C
 
 
 def _row(name, fmt, mode, spec, files, figures, ms):
-    from export.profile import tflite_profile
-
     size = os.path.getsize(spec["path"])
     base = files.get((fmt, "float32"))
     row = {"model": name, "format": fmt, "mode": mode, "size_bytes": size,
@@ -319,10 +326,41 @@ def _row(name, fmt, mode, spec, files, figures, ms):
         row[f"ratio_{t}"] = ms[(fmt, mode, t)] / ms[(fmt, "float32", t)] if base else None
     row["speedup"] = row["ms_1"] / row["ms_2"]
     if fmt == "tflite":
-        profile = tflite_profile(spec["path"], measure_latency=False)
-        row.update(ops=profile["num_ops"], off_delegate=profile["num_ops"] - profile["xnnpack_ops"],
-                   partitions=profile["xnnpack_partitions"], float_ops=profile["float_ops_in_quantised_graph"])
+        row.update(profile_columns(spec["path"]))
     return row
+
+
+def profile_columns(path):
+    """`{"ops", "off_delegate", "partitions", "float_ops"}` of a .tflite file from `export.profile.tflite_profile`."""
+    from export.profile import tflite_profile
+
+    profile = tflite_profile(path, measure_latency=False)
+    return {"ops": profile["num_ops"], "off_delegate": profile["num_ops"] - profile["xnnpack_ops"],
+            "partitions": profile["xnnpack_partitions"], "float_ops": profile["float_ops_in_quantised_graph"]}
+
+
+def peer_rows(python, folder, samples, rounds, runs, progress=print):
+    """The peer rows (benchmarks/edge_peer.py run by `python`, the peer environment's interpreter), profiled here.
+
+    Returns `(rows, notes)`; when the peer script fails, no rows and a note with its exit status and last line.
+    """
+    import subprocess
+
+    output = os.path.join(folder, "peer.json")
+    cmd = [python, os.path.join(HERE, "edge_peer.py"), "--folder", os.path.join(folder, "peer"), "--output", output,
+           "--samples", str(samples), "--rounds", str(rounds), "--runs", str(runs)]
+    progress(f"peer: {' '.join(cmd)}")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not os.path.exists(output):
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return [], [f"peer row (HF PyTorch ViT-Ti/16 through litert-torch): failed, exit status {proc.returncode}: "
+                    f"{last[:200]}"]
+    with open(output) as f:
+        rows = json.load(f)
+    for row in rows:
+        row.update(profile_columns(row.pop("path")))
+        progress(f"  peer {row['mode']}: {row['ms_1']:.2f} ms on 1 thread")
+    return rows, []
 
 
 def bars(rows, model="Ti16"):
@@ -379,6 +417,9 @@ def markdown(result):
             f"{_f(r['ratio_1'], '.2f')} / {_f(r['ratio_2'], '.2f')} | {r['speedup']:.2f}x | "
             f"{r['size_bytes'] / 1e6:.2f} | {_f(r['size_ratio'], '.3f')} | "
             f"{r['top1_agreement']:.1%} ({r['decisive_top1_agreement']:.1%}) | {off} | {_f(r['float_ops'], 'd')} |")
+    if any(r["model"] not in MODELS and r["model"] != QUICK_MODEL for r in result["rows"]):
+        lines += ["", "Peer rows (benchmarks/edge_peer.py, in their own virtual environment and process): their "
+                  "ratios are to the peer's own float32 file, their agreement is with the PyTorch model."]
     lines += ["", "Bars of issue 11 (ViT-Ti/16, 1 thread, same run):", ""]
     for b in result["bars"]:
         verdict = {True: "met", False: "**not met**", None: "not measured"}[b["met"]]
@@ -388,8 +429,13 @@ def markdown(result):
     return "\n".join(lines)
 
 
-def run(names, wanted=None, samples=256, rounds=10, runs=10, agreement_budget_s=None, folder=None, progress=print):
-    """Measures the table; returns the JSON-ready result (machine, settings, rows, bars, notes)."""
+def run(names, wanted=None, samples=256, rounds=10, runs=10, agreement_budget_s=None, folder=None, progress=print,
+        peer_python=None):
+    """Measures the table; returns the JSON-ready result (machine, settings, rows, bars, notes).
+
+    `peer_python`: the Python of a virtual environment with litert-torch (benchmarks/README.md); with it,
+    and "Ti16" in `names`, the peer rows of benchmarks/edge_peer.py are added after the table's own.
+    """
     import platform
 
     import ai_edge_litert
@@ -398,8 +444,15 @@ def run(names, wanted=None, samples=256, rounds=10, runs=10, agreement_budget_s=
 
     pairs, notes = plan(wanted)
     progress(f"modes: {', '.join(f'{fmt} {mode}' for fmt, mode in pairs)}")
+    folder = folder or tempfile.mkdtemp(prefix="keras_vit_edge_")
     rows, skipped = measure(names, pairs, samples, rounds, runs, folder=folder, agreement_budget_s=agreement_budget_s,
                             progress=progress)
+    if "Ti16" in names and peer_python:
+        peer, peer_notes = peer_rows(peer_python, folder, samples, rounds, runs, progress)
+        rows, skipped = rows + peer, skipped + peer_notes
+    elif "Ti16" in names:
+        skipped.append("peer row (HF PyTorch ViT-Ti/16 through litert-torch): not run; it needs its own virtual "
+                       "environment (benchmarks/README.md) given as --peer-python or KERAS_VIT_PEER_PYTHON")
     litert = getattr(ai_edge_litert, "__version__", "?")
     result = {"machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, TensorFlow {tf.__version__}, LiteRT "
                          f"{litert}, onnxruntime {onnxruntime.__version__}",
@@ -435,6 +488,9 @@ def main(argv=None):
     parser.add_argument("--agreement-budget", type=float, default=None,
                         help="seconds per file for the agreement; fewer inputs (at least 32) when one inference "
                              "says it would take longer (default: no limit)")
+    parser.add_argument("--peer-python", default=os.environ.get("KERAS_VIT_PEER_PYTHON"),
+                        help="Python of a virtual environment with litert-torch: adds the peer rows (HF PyTorch "
+                             "ViT-Ti/16, benchmarks/edge_peer.py); default $KERAS_VIT_PEER_PYTHON")
     parser.add_argument("--output", default=None, help="also write the result as JSON here")
     parser.add_argument("--update-readme", action="store_true",
                         help="put the table into benchmarks/README.md (full runs only)")
@@ -465,8 +521,10 @@ def main(argv=None):
     full = not args.quick and args.models is None and args.modes is None and args.samples in (None, 256)
     if args.update_readme and not full:
         fail("--update-readme needs a full run (no --quick, --models, --modes or --samples)")
+    if args.peer_python and not os.path.isfile(args.peer_python):
+        fail(f"--peer-python must be a Python executable. Received: {args.peer_python}")
     result = run(names, wanted, samples, rounds, runs, args.agreement_budget,
-                 progress=lambda text: print(text, flush=True))
+                 progress=lambda text: print(text, flush=True), peer_python=args.peer_python)
     table = markdown(result)
     print()
     print(table)

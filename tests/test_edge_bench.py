@@ -136,3 +136,10 @@ def test_make_bench_runs_the_edge_table_in_a_child_process(monkeypatch, tmp_path
                     ["-m", "benchmarks.edge", *edge_json, "--quick"]]
     monkeypatch.setattr(subprocess, "run", lambda cmd, cwd: subprocess.CompletedProcess(cmd, 1))
     assert not run.run_edge({"Ti16": 0}, False, False, out)  # a failed child is a failed job
+
+
+def test_a_failing_peer_environment_is_a_note_not_a_crash(tmp_path):
+    from benchmarks import edge
+
+    rows, notes = edge.peer_rows("/bin/false", str(tmp_path), samples=4, rounds=1, runs=1, progress=lambda text: None)
+    assert rows == [] and len(notes) == 1 and "failed, exit status 1" in notes[0]
