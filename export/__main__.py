@@ -11,6 +11,7 @@ import json
 import signal
 import sys
 
+from export.onnx_quantization import ONNX_QUANTIZATIONS
 from export.pipeline import FORMATS
 from export.tflite import QUANTIZATIONS
 from keras_vit import _console
@@ -24,6 +25,10 @@ def build_parser():
     p.add_argument(
         "--quantization", default=",".join(QUANTIZATIONS), help=f"TFLite modes, comma list of {', '.join(QUANTIZATIONS)} (default: all)"
     )
+    p.add_argument("--onnx-quantization", default="float32",
+                   help=f"ONNX modes through onnxruntime's quantisation tools, comma list of {', '.join(ONNX_QUANTIZATIONS)} "
+                        "(default: float32): model.onnx, model_dynamic_int8.onnx, model_int8.onnx (QDQ, calibrated "
+                        "on --calibration-data)")
     p.add_argument("--calibration-data", default=None, metavar="digits|FOLDER|TFDS-NAME",
                    help="calibration images for int8 and held-out images for verification (default: a seeded random batch)")
     p.add_argument("--labels", default=None, metavar="FILE", help="class names, one per line (default: the data set's)")
@@ -60,6 +65,7 @@ def main(argv=None):
     try:
         parse_list(args.formats, FORMATS, "format")
         parse_list(args.quantization, QUANTIZATIONS, "quantization")
+        parse_list(args.onnx_quantization, ONNX_QUANTIZATIONS, "onnx_quantization")
         model = load_vit(args.model)
         report = export_all(
             model,
@@ -77,6 +83,7 @@ def main(argv=None):
             batch_size=None if args.batch_size == "dynamic" else 1,
             scores=args.scores,
             mediapipe=not args.no_mediapipe,
+            onnx_quantization=args.onnx_quantization,
         )
     except (ValueError, FileExistsError) as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")

@@ -1,6 +1,7 @@
 """ONNX export through tf2onnx, checked by the ONNX checker and onnxruntime."""
 
 from keras_vit import _files
+from export.onnx_quantization import calibration_samples, check_onnx_quantization, quantize
 from export.signature import INPUT_NAME, OUTPUT_NAME, prepare
 from export.verify import Artifact, check_artifact, verification_images
 
@@ -13,7 +14,7 @@ STANDARD_DOMAINS = ("", "ai.onnx")
 
 
 def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, overwrite=False, verify=True,
-                verification_data=None, scores=None):
+                verification_data=None, scores=None, quantization="float32", representative_data=None):
     """Converts `model` to an ONNX file with a dynamic batch, verified before it lands.
 
     Converted with `tf2onnx.convert.from_function` from the float32 serving
@@ -25,7 +26,15 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
     pass `onnx.checker.check_model(full_check=True)`, hold only standard ONNX
     ops (no `Erfc` or `PartitionedCall` left-overs), and load in onnxruntime.
     Unless `verify=False`, onnxruntime's outputs are then compared with the
-    float32 model (`export.verify.TOLERANCES["float32"]`).
+    float32 model (`export.verify.TOLERANCES[quantization]`).
+
+    Quantisation modes (onnxruntime's own tools, `export.onnx_quantization`;
+    int8 weights, default-domain ops only, so not tied to onnxruntime):
+        "float32": no quantisation (file name by convention `model.onnx`).
+        "dynamic_int8": `quantize_dynamic`, activations quantised at run
+            time per call (`model_dynamic_int8.onnx`).
+        "int8": `quantize_static`, QDQ format, int8 activations calibrated
+            (min/max) on `representative_data` (`model_int8.onnx`).
 
     Args:
         model: a built keras_vit model (any dtype policy), or an
@@ -40,12 +49,18 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
         scores: None (default: "probabilities", or the graph's own when
             `model` is a `ServingGraph`), "probabilities" (a softmax in the
             graph when the head has no activation) or "logits".
+        quantization: "float32" (default), "dynamic_int8" or "int8".
+        representative_data: calibration images for "int8", scaled as the
+            input expects (forms of `export.tflite.representative_samples`);
+            without `verification_data`, the "int8" file is verified on them.
 
     Returns:
         `path`.
 
     Raises:
-        ValueError: `opset` is not an int in [13, 18]; a Keras-quantised model.
+        ValueError: `opset` is not an int in [13, 18]; an unknown
+            `quantization`; "int8" without representative data; a
+            Keras-quantised model.
         FileExistsError: `path` exists and `overwrite` is False.
         RuntimeError: the converted graph has non-standard ops or
             onnxruntime refuses it; nothing is left at `path`.
@@ -53,21 +68,28 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
             float32 tolerance; nothing is left at `path`.
     """
     check_opset(opset)
+    check_onnx_quantization(quantization)
     _files.check_target(path, overwrite)
     graph, owned = prepare(model, include_preprocessing, scores=scores)
     check_images = None if verification_data is None else verification_images(verification_data, graph.image_shape)
     try:
         import tf2onnx
 
+        samples = calibration_samples(quantization, representative_data, graph.image_shape, include_preprocessing)
+        if check_images is None and samples is not None:  # real images when there are, back in [-1, 1]
+            check_images = samples[:64] / 127.5 - 1.0 if include_preprocessing else samples[:64]
         proto, _ = tf2onnx.convert.from_function(graph.function, input_signature=[graph.input_spec], opset=opset)
         _rename_output(proto, OUTPUT_NAME)
         content = proto.SerializeToString()
         check_onnx(content, path)
+        if quantization != "float32":
+            content = quantize(content, quantization, samples)
+            check_onnx(content, path)
         with _files.staged(path, overwrite) as tmp:
             with open(tmp, "wb") as f:
                 f.write(content)
             if verify:
-                check_artifact(graph, Artifact(path, "onnx", tmp, "float32", include_preprocessing), check_images)
+                check_artifact(graph, Artifact(path, "onnx", tmp, quantization, include_preprocessing), check_images)
     finally:
         if owned:
             graph.close()

@@ -9,6 +9,7 @@ import numpy as np
 
 from keras_vit import _files
 from export.onnx import check_opset
+from export.onnx_quantization import ONNX_QUANTIZATIONS, onnx_file
 from export.signature import ServingGraph, image_shape, prepare
 from export.tflite import QUANTIZATIONS, _images_of, check_quantization
 from export.verify import NOISE_HINT, Artifact, VerificationError, decision_failure, verify
@@ -23,7 +24,7 @@ def artifact_file(fmt, quantization="float32"):
     if fmt == "saved_model":
         return "saved_model"
     if fmt == "onnx":
-        return "model.onnx"
+        return onnx_file(quantization)  # model.onnx, model_dynamic_int8.onnx, model_int8.onnx
     return f"model_{quantization}.tflite"
 
 
@@ -161,6 +162,7 @@ def export_all(
     batch_size=1,
     scores="probabilities",
     mediapipe=True,
+    onnx_quantization="float32",
 ):
     """Exports, verifies and writes every requested artifact plus `report.json`.
 
@@ -198,6 +200,11 @@ def export_all(
             head has none, scores an app can threshold) or "logits" (the
             head's raw outputs); see `export.signature.score_kind`. The report
             records what the artifacts output ("scores").
+        onnx_quantization: ONNX modes, list or comma string of
+            `export.onnx_quantization.ONNX_QUANTIZATIONS` ("float32" ->
+            `model.onnx`, "dynamic_int8" -> `model_dynamic_int8.onnx`, "int8"
+            -> `model_int8.onnx`, calibrated on the TFLite int8 file's
+            images); default "float32".
         mediapipe: bool, default True: also run each .tflite file in
             MediaPipe Tasks' `ImageClassifier` (`export.mediapipe_check`),
             skipped with one message when mediapipe is not installed.
@@ -224,6 +231,7 @@ def export_all(
     """
     formats = parse_list(formats, FORMATS, "format")
     quantizations = parse_list(quantizations, QUANTIZATIONS, "quantization") if "tflite" in formats else []
+    onnx_quantizations = parse_list(onnx_quantization, ONNX_QUANTIZATIONS, "onnx_quantization") if "onnx" in formats else []
     for q in quantizations:
         check_quantization(q, int8_io_type if q == "int8" else "float32")
     if "onnx" in formats:
@@ -234,7 +242,8 @@ def export_all(
         raise ValueError(f"`batch_size` must be 1 or None (dynamic). Received: batch_size={batch_size!r}")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ValueError(f"output_dir {output_dir!r} is a file, not a folder")
-    planned = [(f, q) for f in formats for q in (quantizations if f == "tflite" else ["float32"])]
+    modes = {"tflite": quantizations, "onnx": onnx_quantizations}
+    planned = [(f, q) for f in formats for q in modes.get(f, ["float32"])]
     targets = [os.path.join(output_dir, artifact_file(f, q)) for f, q in planned]
     for path in [*targets, os.path.join(output_dir, "report.json"), os.path.join(output_dir, "labels.txt")]:
         _files.check_target(path, overwrite)
@@ -293,7 +302,8 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
                 if fmt == "saved_model":
                     export_saved_model(graph, staged_path, include_preprocessing, verify=False)
                 elif fmt == "onnx":
-                    export_onnx(graph, staged_path, opset, include_preprocessing, verify=False)
+                    export_onnx(graph, staged_path, opset, include_preprocessing, verify=False, quantization=q,
+                                representative_data=calibration if q == "int8" else None)
                 else:
                     export_tflite(
                         tflite_graph,

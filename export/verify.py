@@ -59,6 +59,8 @@ class VerificationError(RuntimeError):
 
 def run_artifact(artifact, images):
     """Runs `images` (float32, `(n, h, w, c)`) through the artifact in its runtime; returns float32 outputs."""
+    if artifact.format == "onnx" and artifact.quantization != "float32":
+        return _run_onnx(artifact.path, images, one_at_a_time=True)
     runner = {"saved_model": _run_saved_model, "tflite": _run_tflite, "onnx": _run_onnx}[artifact.format]
     return runner(artifact.path, images)
 
@@ -104,10 +106,15 @@ def _run_tflite(path, images):
     return np.concatenate([_tflite_invoke(interpreter, images[i : i + 1]) for i in range(len(images))])
 
 
-def _run_onnx(path, images):
+def _run_onnx(path, images, one_at_a_time=False):
+    """onnxruntime's outputs; `one_at_a_time`: batch-1 calls, as an app runs them. A quantised file is run so:
+    the dynamic int8 file quantises its activations with one scale per call, so an image's scores depend on the
+    rest of the batch (docs/traps.md)."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    if one_at_a_time:
+        return np.concatenate([session.run(["predictions"], {"images": images[i : i + 1]})[0] for i in range(len(images))])
     return session.run(["predictions"], {"images": images})[0]
 
 

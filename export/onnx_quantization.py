@@ -1,0 +1,151 @@
+"""int8 ONNX files made by onnxruntime's own quantisation tools (`onnxruntime.quantization`).
+
+Two modes beside the float32 file (`model.onnx`), both quantising the
+float32 ONNX graph that `export.onnx.export_onnx` converts:
+
+- "dynamic_int8" (`model_dynamic_int8.onnx`): `quantize_dynamic`, int8
+  weights of every MatMul/Gemm with a constant weight; the activations are
+  quantised at run time (`DynamicQuantizeLinear` + `MatMulInteger`, both in
+  the default ONNX domain). The attention's two activation-by-activation
+  matmuls stay float32.
+- "int8" (`model_int8.onnx`): `quantize_static` in the QDQ format, int8
+  weights and int8 activations (`QuantizeLinear` / `DequantizeLinear` pairs,
+  default domain, which onnxruntime fuses into its int8 kernels at load
+  time), calibrated with min/max on representative images (the same ones
+  the TFLite int8 file is calibrated on in `export.pipeline.export_all`).
+
+Both files hold default-domain ONNX ops only (`export.onnx.check_onnx`), so
+they are not onnxruntime-only. `quant_pre_process` (onnxruntime's
+recommended pre-processing) runs first without its symbolic shape
+inference, which fails on tf2onnx's dynamic-batch reshapes ("Incomplete
+symbolic shape inference", docs/traps.md).
+"""
+
+import os
+import tempfile
+
+import numpy as np
+
+ONNX_QUANTIZATIONS = ("float32", "dynamic_int8", "int8")
+# Static int8 (benchmarks/onnx_int8.py, benchmarks/README.md): per-channel weight scales (the tests' trained tiny ViT:
+# 99.2% decisive top-1 agreement with Keras against 98.6% per tensor), and QDQ around the matrix products only. Letting
+# onnxruntime quantise every op it can (LayerNorm's Sub/Mul/Add/Sqrt, Softmax, Transpose, the residual Adds) kept the
+# tiny ViT at 99.2% but broke ViT-Ti/16 (224 px, random weights, noise: 52% agreement, 1.54x float32's latency);
+# MatMul only: 98.4%, 0.73x float32's latency, 0.28x its size. Adding Add alone: 14%.
+PER_CHANNEL = True
+STATIC_OP_TYPES = ("MatMul", "Gemm", "Conv")
+
+
+def check_onnx_quantization(quantization):
+    """Raises ValueError unless `quantization` is one of `ONNX_QUANTIZATIONS`."""
+    if quantization not in ONNX_QUANTIZATIONS:
+        raise ValueError(
+            f"`quantization` must be one of {', '.join(ONNX_QUANTIZATIONS)} for ONNX. Received: quantization={quantization!r}"
+        )
+
+
+def onnx_file(quantization="float32"):
+    """The file name of an ONNX artifact: "model.onnx" for float32, else "model_{quantization}.onnx"."""
+    check_onnx_quantization(quantization)
+    return "model.onnx" if quantization == "float32" else f"model_{quantization}.onnx"
+
+
+def calibration_samples(quantization, representative_data, shape, include_preprocessing=False):
+    """The calibration images of an ONNX mode: float32 `(n, *shape)` for "int8", None for the others.
+
+    Raises:
+        ValueError: "int8" without representative data, or with none of
+            `shape` (see `export.tflite.representative_samples`).
+    """
+    if quantization != "int8":
+        return None
+    if representative_data is None:
+        raise ValueError("quantization='int8' needs representative_data (calibration images)")
+    from export.tflite import representative_samples
+
+    return representative_samples(representative_data, shape, include_preprocessing)
+
+
+def quantize(content, quantization, samples=None, per_channel=PER_CHANNEL, preprocess=True, op_types=None):
+    """Quantises float32 ONNX bytes with onnxruntime's tools; returns the int8 file's bytes.
+
+    Args:
+        content: bytes of a float32 ONNX model with one input `images`
+            float32 `(batch, height, width, channels)`.
+        quantization: "dynamic_int8" or "int8" (see the module docstring).
+        samples: float32 calibration images `(n, height, width, channels)`,
+            scaled as the graph's input expects; needed for "int8", one
+            image per calibration step.
+        per_channel: bool, "int8" only: one weight scale per output channel
+            (default `PER_CHANNEL`) instead of one per tensor.
+        preprocess: bool, default True: run onnxruntime's
+            `quant_pre_process` (graph optimisation, no symbolic shapes) first.
+        op_types: None (default: `STATIC_OP_TYPES` for "int8", onnxruntime's
+            own list for "dynamic_int8"), a list of ONNX op types to
+            quantise, or `()`: every op type onnxruntime can quantise.
+
+    Returns:
+        The quantised model as bytes (int8 weights; "int8": int8 activations).
+
+    Raises:
+        ValueError: `quantization` is not "dynamic_int8" or "int8"; "int8"
+            without calibration samples.
+    """
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    if quantization not in ONNX_QUANTIZATIONS[1:]:
+        raise ValueError(f"`quantization` must be 'dynamic_int8' or 'int8'. Received: quantization={quantization!r}")
+    if quantization == "int8" and (samples is None or len(samples) == 0):
+        raise ValueError("quantization='int8' needs calibration images (representative_data)")
+    with tempfile.TemporaryDirectory(prefix="onnx-quant-") as work:
+        source, prepared, target = (os.path.join(work, n) for n in ("float.onnx", "pre.onnx", "int8.onnx"))
+        with open(source, "wb") as f:
+            f.write(content)
+        if preprocess:
+            quant_pre_process(source, prepared, skip_symbolic_shape=True)
+        else:
+            prepared = source
+        if quantization == "dynamic_int8":
+            quantize_dynamic(prepared, target, weight_type=QuantType.QInt8,
+                             op_types_to_quantize=None if op_types is None else list(op_types))
+        else:
+            quantize_static(
+                prepared, target, _calibration_reader(samples), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                op_types_to_quantize=list(STATIC_OP_TYPES if op_types is None else op_types),
+            )
+        with open(target, "rb") as f:
+            return f.read()
+
+
+def _calibration_reader(samples):
+    """An `onnxruntime.quantization.CalibrationDataReader` feeding one image per step as `{"images": (1, h, w, c)}`."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class CalibrationImages(CalibrationDataReader):
+        def __init__(self, images):
+            self.images = np.asarray(images, dtype="float32")
+            self.position = 0
+
+        def get_next(self):
+            if self.position >= len(self.images):
+                return None
+            self.position += 1
+            return {"images": self.images[self.position - 1 : self.position]}
+
+        def rewind(self):
+            self.position = 0
+
+    return CalibrationImages(samples)
+
+
+def weight_elements(content):
+    """Element counts of the ONNX file's initializers by data type name, e.g. {"INT8": 52000, "FLOAT": 900}."""
+    import onnx
+
+    counts = {}
+    for tensor in onnx.load_from_string(content).graph.initializer:
+        kind = onnx.TensorProto.DataType.Name(tensor.data_type)
+        counts[kind] = counts.get(kind, 0) + int(np.prod(tensor.dims, dtype=np.int64))
+    return counts
