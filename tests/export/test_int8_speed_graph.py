@@ -143,3 +143,17 @@ def test_trained_model_keeps_the_int8_bar_with_symmetric_operands(trained_vit):
     assert after["decisive_top1_agreement"] >= bar["decisive_top1_agreement"]
     assert after["accuracy_drop"] <= bar["accuracy_drop"]
     assert after["relative_max_abs_diff"] <= 1.5 * before["relative_max_abs_diff"]
+
+
+def test_benchmark_times_each_op_where_the_graph_runs_it(tmp_path):
+    # smoke test of `python -m benchmarks.int8_graph` on a tiny model: structure and op placement, no timing
+    from benchmarks.int8_graph import markdown, measure
+
+    rows, extra = measure("tiny", 16, rounds=1, runs=1, folder=str(tmp_path))
+    by_file = {r["file"]: r for r in rows}
+    assert list(by_file) == ["float32", "int8", "int8, symmetric matmul operands"]
+    assert "BATCH_MATMUL" in by_file["int8"]["off"] and "BATCH_MATMUL" not in by_file["int8, symmetric matmul operands"]["off"]
+    for row in rows:  # every op of the file is timed once, on XNNPACK exactly where the profile puts it
+        assert sum(count for count, _ in row["per_op"].values()) == row["ops"]
+        assert sum(count for (_, where), (count, _) in row["per_op"].items() if where == "xnnpack") == row["xnnpack_ops"]
+    assert extra["tensors_rewritten"] > 0 and "| int8, symmetric matmul operands |" in markdown(rows, extra)
