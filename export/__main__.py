@@ -13,7 +13,7 @@ import sys
 
 from export.onnx_quantization import ONNX_QUANTIZATIONS
 from export.pipeline import FORMATS
-from export.tflite import QUANTIZATIONS
+from export.tflite import DEFAULT_QUANTIZATIONS, QUANTIZATIONS
 from keras_vit import _console
 
 
@@ -23,7 +23,10 @@ def build_parser():
     p.add_argument("model", help="a keras_vit model saved as .keras")
     p.add_argument("--formats", default=",".join(FORMATS), help=f"comma list of {', '.join(FORMATS)} (default: all)")
     p.add_argument(
-        "--quantization", default=",".join(QUANTIZATIONS), help=f"TFLite modes, comma list of {', '.join(QUANTIZATIONS)} (default: all)"
+        "--quantization", default=",".join(DEFAULT_QUANTIZATIONS),
+        help=f"TFLite modes, comma list of {', '.join(QUANTIZATIONS)} (default: {','.join(DEFAULT_QUANTIZATIONS)}, "
+             "TensorFlow's converter; int16x8, weight_only_int8 and weight_only_int4 are made by LiteRT Quantizer, "
+             "package litert-quantizer; int8 and int16x8 are calibrated on --calibration-data)",
     )
     p.add_argument("--onnx-quantization", default="float32",
                    help=f"ONNX modes through onnxruntime's quantisation tools, comma list of {', '.join(ONNX_QUANTIZATIONS)} "

@@ -11,7 +11,7 @@ from keras_vit import _files
 from export.onnx import check_opset
 from export.onnx_quantization import ONNX_QUANTIZATIONS, onnx_file
 from export.signature import ServingGraph, image_shape, prepare
-from export.tflite import QUANTIZATIONS, _images_of, check_quantization
+from export.tflite import CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, _images_of, check_quantization
 from export.verify import NOISE_HINT, Artifact, VerificationError, decision_failure, verify
 
 FORMATS = ("saved_model", "tflite", "onnx")
@@ -150,7 +150,7 @@ def export_all(
     model,
     output_dir,
     formats=FORMATS,
-    quantizations=QUANTIZATIONS,
+    quantizations=DEFAULT_QUANTIZATIONS,
     calibration_data=None,
     labels=None,
     include_preprocessing=False,
@@ -184,7 +184,9 @@ def export_all(
             model too, e.g. `keras.Sequential([vit])`).
         output_dir: folder for the artifacts.
         formats: list or comma string of "saved_model", "tflite", "onnx".
-        quantizations: TFLite modes, of `export.tflite.QUANTIZATIONS`.
+        quantizations: TFLite modes, of `export.tflite.QUANTIZATIONS`
+            (default `DEFAULT_QUANTIZATIONS`, TensorFlow's converter's four;
+            int16x8 and the weight-only modes need `litert-quantizer`).
         calibration_data: None, "digits", an image folder, a TFDS name or a
             `tf.data.Dataset` (see `load_data`); its held-out split is used
             for verification.
@@ -309,7 +311,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
                         tflite_graph,
                         staged_path,
                         quantization=q,
-                        representative_data=calibration if q == "int8" else None,
+                        representative_data=calibration if q in CALIBRATED else None,
                         io_type=int8_io_type if q == "int8" else "float32",
                         metadata={"labels": label_names, "scores": graph.score_kind},
                         include_preprocessing=include_preprocessing,

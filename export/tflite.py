@@ -1,4 +1,5 @@
-"""TFLite export: float32, float16, dynamic-range int8 and full-integer int8."""
+"""TFLite export: float32, float16, dynamic-range int8 and full-integer int8 (TensorFlow's converter);
+int16x8, weight-only int8 and int4 (LiteRT Quantizer, `export.litert_quantization`)."""
 
 import os
 import sys
@@ -6,21 +7,35 @@ import sys
 import numpy as np
 
 from keras_vit import _files
+from export.litert_quantization import CALIBRATED as _LITERT_CALIBRATED
+from export.litert_quantization import LITERT_QUANTIZATIONS, missing_package
 from export.signature import prepare
 from export.verify import Artifact, check_artifact, verification_images
 
-QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8")
+# TensorFlow's converter makes the first four (and `keras-vit-export` makes them by default); LiteRT Quantizer
+# quantises the float32 file of the same graph into the others (`export.litert_quantization`).
+TF_QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8")
+QUANTIZATIONS = TF_QUANTIZATIONS + LITERT_QUANTIZATIONS
+DEFAULT_QUANTIZATIONS = TF_QUANTIZATIONS
+# Modes calibrated on the representative data (the same images for both).
+CALIBRATED = ("int8",) + _LITERT_CALIBRATED
 IO_TYPES = ("float32", "int8", "uint8")
-# Modes TensorFlow 2.21's converter offers that this stack cannot produce for a ViT, with the reason.
-# Measured here: converting the demo ViT with EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
-# fails with "Quantization to 16x8-bit not yet supported for op: 'NEG'".
-_16X8 = "TensorFlow 2.21's 16x8 quantizer fails on the ViT graph ('Quantization to 16x8-bit not yet supported for op: NEG')"
-REFUSED = {"int16x8": _16X8, "16x8": _16X8}
+# Modes this stack refuses, with the reason. TensorFlow 2.21's own 16x8 mode
+# (EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8) failed on the ViT graph ("Quantization to 16x8-bit
+# not yet supported for op: 'NEG'"); "int16x8" is now made by LiteRT Quantizer. "16x8" is TensorFlow's name for it.
+REFUSED = {"16x8": "the mode is called 'int16x8' here (int8 weights, int16 activations, made by LiteRT Quantizer)"}
 DEFAULT_CALIBRATION_STEPS = 200
 
 
 def check_quantization(quantization, io_type="float32"):
-    """Raises ValueError for an unknown or refused mode, before any conversion starts."""
+    """Raises ValueError for an unknown or refused mode, or one whose package is missing, before any conversion.
+
+    Raises:
+        ValueError: `quantization` not in `QUANTIZATIONS` (or refused);
+            `io_type` not in `IO_TYPES`, or not "float32" for another mode
+            than "int8"; a LiteRT Quantizer mode without `litert-quantizer`
+            installed (the message names the package and the pip command).
+    """
     if quantization in REFUSED:
         raise ValueError(f"quantization={quantization!r} is refused: {REFUSED[quantization]}. Use one of {QUANTIZATIONS}")
     if quantization not in QUANTIZATIONS:
@@ -32,6 +47,9 @@ def check_quantization(quantization, io_type="float32"):
             f"io_type={io_type!r} needs quantization='int8' (full-integer); "
             f"Received: quantization={quantization!r}"
         )
+    missing = missing_package(quantization)
+    if missing:
+        raise ValueError(missing)
 
 
 def representative_samples(data, shape, include_preprocessing=False, max_samples=DEFAULT_CALIBRATION_STEPS):
@@ -157,14 +175,21 @@ def export_tflite(
         "int8": full-integer int8, calibrated on `representative_data`;
             `io_type` "float32" (quantize/dequantize in the graph), "int8"
             or "uint8" input and output.
-    "int16x8" and "16x8" are refused with a ValueError (see `REFUSED`).
+    LiteRT Quantizer's modes (`export.litert_quantization`; package
+    `litert-quantizer`), made from the float32 file of the same graph:
+        "int16x8": int8 weights, int16 activations, calibrated on
+            `representative_data` like "int8"; float32 I/O.
+        "weight_only_int8": int8 weights, float32 compute.
+        "weight_only_int4": int4 weights (per output channel), float32
+            compute.
+    "16x8" is refused with a ValueError naming "int16x8" (see `REFUSED`).
 
     Args:
         model: a built keras_vit model (any dtype policy), or an
             `export.signature.ServingGraph` of one.
         path: `.tflite` file to write (temporary name, then moved).
         quantization: one of `QUANTIZATIONS`.
-        representative_data: calibration images for "int8"; see
+        representative_data: calibration images for "int8" and "int16x8"; see
             `representative_samples` (tf.data, NumPy or image folder).
         io_type: "float32" (default), "int8" or "uint8" (int8 only).
         metadata: None, or a dict for `export.metadata.write_metadata`
@@ -187,9 +212,10 @@ def export_tflite(
         `path`.
 
     Raises:
-        ValueError: unknown or refused quantization or io_type; "int8"
-            without, or with empty, representative data; a model Keras
-            quantised itself.
+        ValueError: unknown or refused quantization or io_type; "int8" or
+            "int16x8" without, or with empty, representative data; a
+            LiteRT Quantizer mode without `litert-quantizer` installed; a
+            model Keras quantised itself.
         FileExistsError: `path` exists and `overwrite` is False.
         RuntimeError: the conversion fails (the message's first line says
             why), or the converted file uses non-builtin (Flex/custom) ops or
@@ -204,9 +230,9 @@ def export_tflite(
     graph, owned = prepare(model, include_preprocessing, batch_size, scores)
     try:
         samples = None
-        if quantization == "int8":
+        if quantization in CALIBRATED:
             if representative_data is None:
-                raise ValueError("quantization='int8' needs representative_data (calibration images)")
+                raise ValueError(f"quantization={quantization!r} needs representative_data (calibration images)")
             samples = representative_samples(representative_data, graph.image_shape, include_preprocessing)
         check_images = None
         if verification_data is not None:
@@ -237,19 +263,27 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
     Args:
         graph: an `export.signature.ServingGraph`.
         quantization: one of `QUANTIZATIONS`.
-        samples: float32 calibration images `(n, h, w, c)` for "int8" (in the
-            artifact's input scale).
+        samples: float32 calibration images `(n, h, w, c)` for "int8" and
+            "int16x8" (in the artifact's input scale).
         io_type: "float32", "int8" or "uint8" (int8 only).
         progress: bool, calibration progress bar on a terminal.
         name: the artifact's name, for messages.
 
     Raises:
-        RuntimeError: the converter fails; the message starts with one line
-            that says why (the converter's first error), the full converter
-            output follows; or the file has non-builtin ops; or an "int8"
-            file has a float op (`check_integer_only`).
+        RuntimeError: the converter (or LiteRT Quantizer) fails; the message
+            starts with one line that says why (the converter's first
+            error), the full converter output follows; or the file has
+            non-builtin ops; or an "int8" file has a float op
+            (`check_integer_only`).
     """
     import tensorflow as tf
+
+    if quantization in LITERT_QUANTIZATIONS:  # LiteRT Quantizer quantises TensorFlow's float32 file of the same graph
+        from export.litert_quantization import quantize
+
+        content = quantize(convert(graph, "float32", name=name), quantization, samples, name=name)
+        check_builtin_ops(content, name)
+        return content
 
     converter = tf.lite.TFLiteConverter.from_saved_model(graph.saved_model_dir())
     if quantization == "float16":

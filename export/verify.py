@@ -23,6 +23,15 @@ import numpy as np
 # - dynamic_int8: int8 weights, activations quantised per batch at run time: top-1 agreement >= 98%.
 # - int8: full-integer; LayerNorm, Softmax and GELU are sensitive (docs/traps.md): top-1 agreement
 #   >= 97% and, with labels, an accuracy drop under 2 points.
+# - int16x8, weight_only_int8, weight_only_int4 (LiteRT Quantizer, export/litert_quantization.py). Measured
+#   on 360 held-out digits, decisive top-1 agreement / accuracy drop (points) per model, tiny = the tests'
+#   16 px ViT (hidden 32, 1 layer, ~92% accurate), small = hidden 64 (93%), demo = `make demo`'s 803k-param
+#   ViT (98.6%): int16x8 99.4/0 tiny (96.9 on the tests' 96 images), 98.1-98.3/0.8 small, 99.7/0.3 demo
+#   (TensorFlow's int8 on the same models: 99.4, 97.2-97.5, 99.4: LiteRT Quantizer's int16x8 is no more
+#   faithful than int8 on these models, its int8 weights dominate the error); weight_only_int8 100/0,
+#   99.7-100/0.3, 100/0; weight_only_int4 (per channel) 90.6-90.8/3.3, 96.4-96.7/2.2, 99.7/0.3. Bars:
+#   int16x8 95% and 2 points; weight_only_int8 99%; weight_only_int4 95% and 3 points: int4 per channel
+#   costs the narrowest models most (the tiny one misses the bar and is reported failed).
 # Agreement counts only decisive flips: a different top-1 class where Keras preferred its own class by
 # more than NEAR_TIE (1%) of that example's largest |output|. A near-tie (seen: the two top logits
 # 0.002 apart, the float16 error 0.0087) is a coin toss for any rounding and says nothing about the
@@ -33,6 +42,9 @@ TOLERANCES = {
     "float16": {"decisive_top1_agreement": 0.99},
     "dynamic_int8": {"decisive_top1_agreement": 0.98},
     "int8": {"decisive_top1_agreement": 0.97, "accuracy_drop": 0.02},
+    "int16x8": {"decisive_top1_agreement": 0.95, "accuracy_drop": 0.02},
+    "weight_only_int8": {"decisive_top1_agreement": 0.99},
+    "weight_only_int4": {"decisive_top1_agreement": 0.95, "accuracy_drop": 0.03},
 }
 NEAR_TIE = 0.01
 TIE_MARGIN = 0.04

@@ -1,0 +1,156 @@
+"""TFLite modes made by LiteRT Quantizer from the float32 `.tflite` file (issue 11, item 4).
+
+TensorFlow 2.21's converter makes "float32", "float16", "dynamic_int8" and
+"int8" (`export.tflite`). The modes here start from the float32 flatbuffer
+that TensorFlow's converter writes from the same `ServingGraph`, and
+quantise it with LiteRT Quantizer (package `litert-quantizer`, formerly
+ai-edge-quantizer; `litert_quantizer.Quantizer`), using the configurations
+of its recipes (`litert_quantizer.recipe`) and its default policy:
+
+- "int16x8": int8 weights (symmetric, one scale per output channel) and
+  int16 activations (symmetric, one scale per tensor), min/max-calibrated
+  on the same representative images as "int8"; recipe `static_wi8_ai16`.
+  The graph's input and output are left float32 (a QUANTIZE after the
+  input, a DEQUANTIZE before the output), so an app feeds the same float32
+  tensor as to every other file. The accuracy mode of integer accelerators
+  (NPUs, DSPs) that run 16-bit activations. TensorFlow's own 16x8 mode fails
+  on the ViT graph (docs/traps.md).
+- "weight_only_int8": int8 weights (symmetric, per output channel), a
+  DEQUANTIZE to float32 in the graph, float32 compute; recipe
+  `weight_only_wi8_afp32`. Size of "dynamic_int8" with float accuracy.
+- "weight_only_int4": int4 weights (symmetric, per output channel, two per
+  byte), a DEQUANTIZE to float32, float32 compute; recipe
+  `weight_only_wi4_afp32`. The smallest file. Not blockwise: LiteRT
+  Quantizer 0.11's policy allows weight-only int4 per channel or per tensor
+  only; it allows blockwise int4 (block 32 to 256) only for its dynamic
+  recipe, where XNNPACK quantises activations to int8 at run time. A
+  weight-only blockwise config is dropped by its policy check (the file
+  stays float32, silently) or, with the check skipped, fails on the graph's
+  input ("only supports UniformQuantParams"); see docs/traps.md.
+
+Weights are quantised in FULLY_CONNECTED, CONV_2D and BATCH_MATMUL ops with
+constant weights (the policy's list). Every file is then checked and
+verified by `export.tflite` like the others.
+"""
+
+import os
+
+PACKAGE = "litert-quantizer"
+PACKAGE_VERSION = "0.11.0"
+LITERT_QUANTIZATIONS = ("int16x8", "weight_only_int8", "weight_only_int4")
+CALIBRATED = ("int16x8",)
+
+
+def missing_package(quantization):
+    """The reason a LiteRT Quantizer mode cannot be made here (the package to install), or None.
+
+    Returns None when `litert_quantizer` imports (or `quantization` is not
+    one of `LITERT_QUANTIZATIONS`); else one sentence naming the package and
+    the pip command.
+    """
+    if quantization not in LITERT_QUANTIZATIONS:
+        return None
+    try:
+        import litert_quantizer  # noqa: F401
+    except ImportError as e:
+        return (f"quantization={quantization!r} is made by LiteRT Quantizer, which is not installed ({e}); "
+                f"install it with `pip install {PACKAGE}=={PACKAGE_VERSION}` (or the `export` extra)")
+    return None
+
+
+def recipe(quantization):
+    """The LiteRT Quantizer recipe (a list of dicts, JSON-serialisable) of one of `LITERT_QUANTIZATIONS`.
+
+    Raises:
+        ValueError: `quantization` is not one of `LITERT_QUANTIZATIONS`.
+        ImportError: `litert_quantizer` is not installed.
+    """
+    from litert_quantizer import qtyping
+    from litert_quantizer.algorithm_manager import AlgorithmName
+    from litert_quantizer.recipe_manager import RecipeManager
+
+    every = qtyping.TFLOperationName.ALL_SUPPORTED
+    manager = RecipeManager()
+    if quantization == "int16x8":
+        manager.add_static_config(".*", every, activation_num_bits=16, weight_num_bits=8)
+        for io in (qtyping.TFLOperationName.INPUT, qtyping.TFLOperationName.OUTPUT):  # float32 I/O
+            manager.add_quantization_config(".*", io, algorithm_key=AlgorithmName.NO_QUANTIZE)
+    elif quantization == "weight_only_int8":
+        manager.add_weight_only_config(".*", every, num_bits=8)
+    elif quantization == "weight_only_int4":
+        manager.add_weight_only_config(".*", every, num_bits=4)
+    else:
+        raise ValueError(
+            f"`quantization` must be one of {', '.join(LITERT_QUANTIZATIONS)}. Received: quantization={quantization!r}"
+        )
+    return manager.get_quantization_recipe()
+
+
+def quantize(float_content, quantization, samples=None, name="model", num_threads=None):
+    """Quantises a float32 `.tflite` flatbuffer with LiteRT Quantizer; returns the new flatbuffer's bytes.
+
+    Args:
+        float_content: bytes of a float32 `.tflite` file with one signature
+            (TensorFlow's converter output for a `ServingGraph`: signature
+            "serving_default", input "images" `(batch, h, w, c)` float32).
+        quantization: one of `LITERT_QUANTIZATIONS`.
+        samples: float32 calibration images `(n, h, w, c)` in the file's
+            input scale; needed for "int16x8" (one calibration step each),
+            ignored by the weight-only modes.
+        name: the artifact's name, for messages.
+        num_threads: LiteRT threads for calibration (default: the CPU count).
+
+    Raises:
+        ValueError: unknown mode; "int16x8" without calibration images.
+        ImportError: `litert_quantizer` is not installed (message: what to install).
+        RuntimeError: LiteRT Quantizer fails (the message's first line says why)
+            or leaves the file unquantised.
+    """
+    reason = missing_package(quantization)
+    if reason:
+        raise ImportError(reason)
+    if quantization in CALIBRATED and (samples is None or len(samples) == 0):
+        raise ValueError(f"quantization={quantization!r} needs representative_data (calibration images)")
+    from ai_edge_litert.interpreter import Interpreter
+    from litert_quantizer import Quantizer
+
+    quantizer = Quantizer(bytes(float_content), recipe(quantization))
+    try:
+        calibration = None
+        if quantizer.need_calibration:
+            signatures = Interpreter(model_content=bytes(float_content)).get_signature_list()
+            (key, signature), = signatures.items()
+            (input_name,) = signature["inputs"]
+            steps = [{input_name: samples[i : i + 1]} for i in range(len(samples))]
+            calibration = quantizer.calibrate({key: steps}, num_threads=num_threads or os.cpu_count() or 1)
+        result = quantizer.quantize(calibration, enable_progress_bar=False, enable_progress_report=False)
+    except Exception as e:  # LiteRT Quantizer's errors come from deep inside it: name the mode and the cause
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise RuntimeError(f"{name}: LiteRT Quantizer failed to make {quantization!r}: {first}") from e
+    content = bytes(result.quantized_model)
+    if not quantized_weight_types(content):
+        raise RuntimeError(f"{name}: LiteRT Quantizer left no quantised weight in the {quantization!r} file")
+    return content
+
+
+def quantized_weight_types(content):
+    """The integer types of a `.tflite` file's constant weight tensors, e.g. {"int8"} or {"int4"}.
+
+    Read from the flatbuffer with TensorFlow's schema (`tflite` package via
+    `tensorflow.lite.python.schema_py_generated`): LiteRT's Python API shows
+    an int4 tensor as int8. A tensor counts as a weight when it has a
+    buffer with data and a quantisation scale.
+    """
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(bytearray(content), 0))
+    names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
+    found = set()
+    for subgraph in model.subgraphs:
+        for tensor in subgraph.tensors:
+            buffer = model.buffers[tensor.buffer] if tensor.buffer < len(model.buffers) else None
+            has_data = buffer is not None and (buffer.data is not None and len(buffer.data) > 0 or (buffer.size or 0) > 0)
+            scaled = tensor.quantization is not None and tensor.quantization.scale is not None
+            if has_data and scaled and names.get(tensor.type, "").startswith(("INT", "UINT")):
+                found.add(names[tensor.type].lower())
+    return found

@@ -1,0 +1,183 @@
+"""TFLite modes made by LiteRT Quantizer: int16x8, weight_only_int8, weight_only_int4 (issue 11, item 4).
+
+Tensor types are read from the flatbuffer with TensorFlow's schema, independently of
+`export.litert_quantization.quantized_weight_types`; outputs are compared with the Keras model.
+"""
+
+import os
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from export import tflite
+from export.verify import TOLERANCES, Artifact, VerificationError, run_artifact
+from export.signature import ServingGraph
+from keras_vit import data
+
+pytest.importorskip("litert_quantizer")
+NEW_MODES = ("int16x8", "weight_only_int8", "weight_only_int4")
+
+
+def _tensors(content):
+    """[(name, type name, is constant, per-channel scale count, shape)] of the flatbuffer's first subgraph."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(bytearray(content), 0))
+    names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
+    rows = []
+    for tensor in model.subgraphs[0].tensors:
+        buffer = model.buffers[tensor.buffer]
+        constant = buffer.data is not None and len(buffer.data) > 0
+        scales = 0 if tensor.quantization is None or tensor.quantization.scale is None else len(tensor.quantization.scale)
+        rows.append((tensor.name.decode(), names[tensor.type], constant, scales, tuple(tensor.shape)))
+    return rows
+
+
+def _ops(content):
+    """[(op name, [input tensor indices], [output tensor indices])] as LiteRT reads them."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    return [(op["op_name"], list(op["inputs"]), list(op["outputs"])) for op in Interpreter(model_content=content)._get_ops_details()]
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    """200 training digits at 16 px in [-1, 1]: the int8 and int16x8 calibration images."""
+    train = data.digits("train", image_size=16, batch_size=64, seed=0)
+    return np.concatenate([x.numpy() for x, _ in train.take(4)])[:200]
+
+
+@pytest.fixture(scope="module")
+def files(trained_vit, calibration):
+    """The trained tiny ViT's float32 file and its three LiteRT Quantizer files (bytes), from one serving graph."""
+    with ServingGraph(trained_vit[0], batch_size=1, scores="logits") as graph:
+        return {q: tflite.convert(graph, q, calibration, progress=False) for q in ("float32", *NEW_MODES)}
+
+
+def test_int16x8_file_has_int16_activations_int8_weights_and_float_io(files):
+    tensors = _tensors(files["int16x8"])
+    ops = _ops(files["int16x8"])
+    fc = [op for op in ops if op[0] == "FULLY_CONNECTED"]
+    assert len(fc) >= 6  # patch projection, q, k, v, attention output, 2 MLP, head
+    for _, inputs, outputs in fc:
+        assert tensors[inputs[0]][1] == "INT16" and tensors[outputs[0]][1] == "INT16"
+        weight = tensors[inputs[1]]
+        assert weight[1] == "INT8" and weight[2] and weight[3] == weight[4][0] > 1  # constant, one scale per output unit
+    activation_types = {tensors[o][1] for name, _, outs in ops for o in outs if name not in ("DEQUANTIZE",)}
+    assert activation_types <= {"INT16", "INT32"}, activation_types  # every op but the final DEQUANTIZE
+    names = [name for name, _, _ in ops]
+    assert names[0] == "QUANTIZE" and names[-1] == "DEQUANTIZE"
+    assert tensors[ops[0][1][0]][1] == "FLOAT32" and tensors[ops[-1][2][0]][1] == "FLOAT32"  # float32 I/O
+
+
+@pytest.mark.parametrize("quantization,bits", [("weight_only_int8", "INT8"), ("weight_only_int4", "INT4")])
+def test_weight_only_files_keep_float_compute_with_per_channel_integer_weights(files, quantization, bits):
+    tensors = _tensors(files[quantization])
+    ops = _ops(files[quantization])
+    dequantized = [tensors[ins[0]] for name, ins, _ in ops if name == "DEQUANTIZE"]
+    assert len(dequantized) >= 6 and all(t[1] == bits and t[2] and t[3] == t[4][0] > 1 for t in dequantized)
+    for name, inputs, outputs in ops:  # compute stays float32: every op's activation input and output
+        if name != "DEQUANTIZE":
+            assert tensors[outputs[0]][1] in ("FLOAT32", "INT32"), (name, tensors[outputs[0]])
+    float_weights = [t for t in tensors if t[2] and t[1] == "FLOAT32" and len(t[4]) == 2 and min(t[4]) > 1]
+    assert not float_weights, float_weights  # no 2-D float32 weight matrix is left
+
+
+def test_weight_only_int4_halves_the_weight_bytes_and_is_below_a_fifth_of_float32():
+    """On a model whose Dense kernels are 95% of its parameters: int4 weights are half a byte each."""
+    keras.utils.set_random_seed(0)
+    model = keras_vit.VisionTransformer(patch_size=8, hidden_size=128, num_layers=2, num_heads=2, mlp_dim=512,
+                                        input_shape=(16, 16, 3), classes=128, classifier_activation=None)
+    dense = sum(int(np.prod(w.shape)) for w in model.weights if len(w.shape) >= 2 and "kernel" in w.path)
+    assert dense / model.count_params() > 0.95
+    with ServingGraph(model, batch_size=1, scores="logits") as graph:
+        sizes = {q: len(tflite.convert(graph, q, progress=False))
+                 for q in ("float32", "weight_only_int8", "weight_only_int4")}
+    # float32 ~ 4 bytes per parameter; int8 ~ 1 and int4 ~ 0.5 per kernel entry, plus per-channel scales
+    assert sizes["float32"] >= 4 * model.count_params()
+    assert sizes["weight_only_int4"] <= 0.2 * sizes["float32"]
+    saved = sizes["weight_only_int8"] - sizes["weight_only_int4"]
+    assert 0.45 * dense <= saved <= 0.55 * dense, (saved, dense, sizes)
+
+
+# measured on the tests' 96 held-out digits (logits): raw top-1 agreement with Keras and mean cosine
+MEASURED = {"int16x8": (0.969, 0.994), "weight_only_int8": (1.0, 0.9999), "weight_only_int4": (0.958, 0.967)}
+
+
+@pytest.mark.parametrize("quantization", NEW_MODES)
+def test_mode_exports_verifies_and_classifies_like_keras(trained_vit, calibration, tmp_path, quantization):
+    model, _, images, labels = trained_vit
+    path = str(tmp_path / f"model_{quantization}.tflite")
+    tflite.export_tflite(model, path, quantization, representative_data=calibration, verification_data=images,
+                         scores="logits", progress=False)  # raises unless it passes TOLERANCES[quantization]
+    outputs = run_artifact(Artifact("m", "tflite", path, quantization), images)
+    reference = np.asarray(model.predict(images, verbose=0))
+    assert outputs.shape == reference.shape == (len(images), 10)
+    agreement = (outputs.argmax(-1) == reference.argmax(-1)).mean()
+    cosine = ((outputs * reference).sum(-1) / np.linalg.norm(outputs, axis=-1) / np.linalg.norm(reference, axis=-1)).mean()
+    print(quantization, agreement, cosine)
+    assert agreement >= MEASURED[quantization][0] - 0.03 and cosine >= MEASURED[quantization][1] - 0.01
+
+
+def test_a_file_that_fails_verification_leaves_no_file(trained_vit, tmp_path, monkeypatch):
+    model, _, images, _ = trained_vit
+    monkeypatch.setitem(TOLERANCES, "weight_only_int8", {"decisive_top1_agreement": 1.01})  # unreachable
+    path = tmp_path / "model_weight_only_int8.tflite"
+    with pytest.raises(VerificationError, match="weight_only_int8"):
+        tflite.export_tflite(model, str(path), "weight_only_int8", verification_data=images, progress=False)
+    assert os.listdir(tmp_path) == []
+
+
+def test_int16x8_is_no_longer_refused_and_tensorflows_name_points_to_it(tmp_path):
+    for q in NEW_MODES:
+        tflite.check_quantization(q)
+    with pytest.raises(ValueError, match="'int16x8'"):
+        tflite.check_quantization("16x8")
+    with pytest.raises(ValueError, match="needs representative_data"):
+        tflite.export_tflite(keras_vit.VisionTransformer(patch_size=4, hidden_size=32, num_layers=1, num_heads=2,
+                                                         mlp_dim=64, input_shape=(8, 8, 3), classes=3),
+                             str(tmp_path / "m.tflite"), "int16x8")
+    assert os.listdir(tmp_path) == []
+
+
+def test_missing_package_is_named_up_front(trained_vit, tmp_path, monkeypatch, capsys):
+    from export import __main__ as cli
+
+    monkeypatch.setitem(sys.modules, "litert_quantizer", None)  # `import litert_quantizer` raises ImportError
+    for q in NEW_MODES:
+        with pytest.raises(ValueError, match="pip install litert-quantizer"):
+            tflite.check_quantization(q)
+    tflite.check_quantization("int8")  # TensorFlow's modes do not need it
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        cli.main([trained_vit[1], "--formats", "tflite", "--quantization", "float32,weight_only_int4",
+                  "--output-dir", str(out)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "weight_only_int4" in err and "pip install litert-quantizer" in err
+    assert not out.exists()
+
+
+def test_export_all_makes_verifies_profiles_and_reports_the_new_modes(trained_vit, tmp_path):
+    """Through `export_all`: int16x8 calibrated on the same digits as int8, each file verified, sized, profiled."""
+    from export.pipeline import export_all
+
+    report = export_all(trained_vit[0], str(tmp_path / "out"), formats="tflite",
+                        quantizations="float32,int8,int16x8,weight_only_int8", calibration_data="digits",
+                        measure_latency=False, profile=True)
+    rows = {row["quantization"]: row for row in report["artifacts"]}
+    assert set(rows) == {"float32", "int8", "int16x8", "weight_only_int8"}
+    for q in ("int16x8", "weight_only_int8"):
+        row = rows[q]
+        assert row["passed"] and os.path.getsize(row["path"]) > 0
+        assert row["tolerance"] == TOLERANCES[q]
+        assert row["decisive_top1_agreement"] >= TOLERANCES[q]["decisive_top1_agreement"]
+        assert os.path.getsize(row["path"]) < 0.75 * os.path.getsize(rows["float32"]["path"])
+        profile = row["profile"]
+        assert profile["num_ops"] == len(_ops(open(row["path"], "rb").read()))
+        assert sum(op["count"] for op in profile["ops"]) == profile["num_ops"]
+    int16_types = {t for op in rows["int16x8"]["profile"]["ops"] for t in op["output_types"]}
+    assert "int16" in int16_types
