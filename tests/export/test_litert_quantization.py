@@ -162,7 +162,8 @@ def test_missing_package_is_named_up_front(trained_vit, tmp_path, monkeypatch, c
 
 
 def test_export_all_makes_verifies_profiles_and_reports_the_new_modes(trained_vit, tmp_path):
-    """Through `export_all`: int16x8 calibrated on the same digits as int8, each file verified, sized, profiled."""
+    """Through `export_all`: int16x8 calibrated on the same digits as int8; each file verified, sized, profiled
+    and classified in MediaPipe's ImageClassifier (float32 I/O, so it runs all three)."""
     from export.pipeline import export_all
 
     report = export_all(trained_vit[0], str(tmp_path / "out"), formats="tflite",
@@ -179,5 +180,25 @@ def test_export_all_makes_verifies_profiles_and_reports_the_new_modes(trained_vi
         profile = row["profile"]
         assert profile["num_ops"] == len(_ops(open(row["path"], "rb").read()))
         assert sum(op["count"] for op in profile["ops"]) == profile["num_ops"]
+        if "mediapipe_skipped" not in row:  # mediapipe installed: it runs the file like LiteRT
+            assert "mediapipe_unsupported" not in row, row.get("mediapipe_unsupported")
+            assert row["mediapipe_top1_agreement"] >= 0.95 and row["mediapipe_max_score_sum_error"] < 1e-3
     int16_types = {t for op in rows["int16x8"]["profile"]["ops"] for t in op["output_types"]}
     assert "int16" in int16_types
+
+
+def test_a_recipe_that_quantises_nothing_fails_instead_of_writing_a_float_file(files, monkeypatch):
+    """LiteRT Quantizer 0.11's policy drops a weight-only blockwise int4 config without a word (docs/traps.md)."""
+    from litert_quantizer import qtyping
+    from litert_quantizer.recipe_manager import RecipeManager
+
+    from export import litert_quantization
+
+    def blockwise_weight_only(quantization):
+        manager = RecipeManager()
+        manager.add_weight_only_config(".*", qtyping.TFLOperationName.ALL_SUPPORTED, 4, qtyping.QuantGranularity.BLOCKWISE_32)
+        return manager.get_quantization_recipe()
+
+    monkeypatch.setattr(litert_quantization, "recipe", blockwise_weight_only)
+    with pytest.raises(RuntimeError, match="left no quantised weight in the 'weight_only_int4' file"):
+        litert_quantization.quantize(files["float32"], "weight_only_int4")
