@@ -91,6 +91,19 @@ def test_symmetric_operands_put_every_batch_matmul_on_xnnpack(int8_file, tmp_pat
     assert tflite.float_ops(content) == []  # still integer-only
 
 
+@pytest.mark.parametrize("io_type", ["int8", "uint8"])
+def test_integer_io_files_get_every_batch_matmul_on_xnnpack_too(io_type, tmp_path):
+    keras.utils.set_random_seed(0)
+    samples = np.random.default_rng(0).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
+    with ServingGraph(keras_vit.VisionTransformer(**TINY), batch_size=1, scores="logits") as graph:
+        content = tflite.convert(graph, "int8", samples, io_type=io_type, progress=False)
+    rewritten, changed = symmetric_matmul_operands(content)
+    row, _ = _batch_matmul_on_xnnpack(rewritten, tmp_path)
+    assert changed > 0 and row["off_delegate"] == 0
+    interpreter = _interpreter(rewritten)
+    assert [d["dtype"].__name__ for d in interpreter.get_input_details()] == [io_type]
+
+
 def test_copy_ops_keep_equal_input_and_output_parameters(int8_file):
     # RESHAPE / TRANSPOSE copy int8 values: a rewrite that changed one side only would scale them wrongly
     params, ops = _quantisation(symmetric_matmul_operands(int8_file)[0])
