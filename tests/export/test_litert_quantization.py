@@ -86,11 +86,19 @@ def test_weight_only_files_keep_float_compute_with_per_channel_integer_weights(f
     assert not float_weights, float_weights  # no 2-D float32 weight matrix is left
 
 
-def test_weight_only_int4_halves_the_weight_bytes_and_is_below_a_fifth_of_float32():
-    """On a model whose Dense kernels are 95% of its parameters: int4 weights are half a byte each."""
+def _wide_vit():
+    """Random ViT whose Dense kernels hold 95% of its ~0.4M parameters; a random head (keras_vit's is zero)."""
     keras.utils.set_random_seed(0)
     model = keras_vit.VisionTransformer(patch_size=8, hidden_size=128, num_layers=2, num_heads=2, mlp_dim=512,
                                         input_shape=(16, 16, 3), classes=128, classifier_activation=None)
+    head = model.get_layer("predictions")
+    head.set_weights([np.random.default_rng(1).normal(0, 0.3, w.shape).astype("float32") for w in head.get_weights()])
+    return model
+
+
+def test_weight_only_int4_halves_the_weight_bytes_and_is_below_a_fifth_of_float32():
+    """On a model whose Dense kernels are 95% of its parameters: int4 weights are half a byte each."""
+    model = _wide_vit()
     dense = sum(int(np.prod(w.shape)) for w in model.weights if len(w.shape) >= 2 and "kernel" in w.path)
     assert dense / model.count_params() > 0.95
     with ServingGraph(model, batch_size=1, scores="logits") as graph:
@@ -202,3 +210,21 @@ def test_a_recipe_that_quantises_nothing_fails_instead_of_writing_a_float_file(f
     monkeypatch.setattr(litert_quantization, "recipe", blockwise_weight_only)
     with pytest.raises(RuntimeError, match="left no quantised weight in the 'weight_only_int4' file"):
         litert_quantization.quantize(files["float32"], "weight_only_int4")
+
+
+def test_large_quantised_weights_survive_the_metadata_writer(tmp_path):
+    """LiteRT Quantizer puts the buffers of a model with over 256 KiB of weights after the flatbuffer, which
+    tflite-support's metadata writer dropped ("Input tensor ... lacks data"); `inline_buffers` keeps them inside."""
+    model = _wide_vit()
+    images = np.random.default_rng(0).uniform(-1, 1, (16, 16, 16, 3)).astype("float32")
+    path = str(tmp_path / "model_weight_only_int8.tflite")
+    tflite.export_tflite(model, path, "weight_only_int8", metadata={"labels": [f"c{i}" for i in range(128)]},
+                         verification_data=images, scores="logits", progress=False)
+    assert os.path.getsize(path) > model.count_params()  # about a byte per weight, all in the file
+    outputs = run_artifact(Artifact("m", "tflite", path, "weight_only_int8"), images)
+    reference = np.asarray(model.predict(images, verbose=0))
+    assert np.abs(outputs - reference).max() < 0.02 * np.abs(reference).max()
+    import zipfile
+
+    with zipfile.ZipFile(path) as packed:  # the metadata's associated files are zipped onto the flatbuffer
+        assert "labels.txt" in packed.namelist()
