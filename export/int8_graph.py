@@ -3,10 +3,10 @@
 TensorFlow 2.21's int8 converter quantises every activation asymmetrically
 (its own zero point, from the calibrated min and max). LiteRT 2.3's XNNPACK
 delegate takes an int8 `BATCH_MATMUL` only when its second operand has zero
-point 0 (the operand goes through the delegate's channelwise-int8 check,
-`CheckTensorFloat32OrQCInt8Type` in tensorflow/lite/delegates/xnnpack/
-xnnpack_delegate.cc, whose QS8 batch-matmul kernels take a symmetric right
-operand). In a ViT both attention matmuls, q . k^T and softmax(.) . v, have
+point 0 (`VisitBatchMatMulNode` in tensorflow/lite/delegates/xnnpack/
+xnnpack_delegate.cc checks that operand as it checks channelwise-int8
+weights, `CheckTensorFloat32OrQCInt8Type`; the zero-point rule was found on
+LiteRT 2.3's files: zero point 0 taken, every other declined). In a ViT both attention matmuls, q . k^T and softmax(.) . v, have
 an activation as second operand, so XNNPACK declined 23 of ViT-Ti/16's 24
 (the one taken had a calibrated zero point of exactly 0), and LiteRT's
 builtin int8 BATCH_MATMUL ran them: 32 of the int8 file's 38 ms
