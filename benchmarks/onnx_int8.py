@@ -8,7 +8,8 @@ at 224 px with random weights (seed 0; the zero-initialised head is given N(0, 0
 that the outputs differ between images; calibrated on 16 and checked on 64 seeded noise images).
 Variants: "dynamic_int8" (`quantize_dynamic`), and "int8" (`quantize_static`, QDQ, min/max)
 as `export_onnx` writes it (per-channel weights, `quant_pre_process`, QDQ around MatMul/Gemm/Conv)
-and with one choice changed: per-tensor weights, no pre-processing, Add quantised too, every op. Figures: size,
+and with one choice changed: int8 activations, per-tensor weights, no pre-processing, Add
+quantised too, every op. Figures: size,
 relative max |diff| and decisive top-1 agreement against Keras (`export.verify.compare`, images
 one at a time, as an app runs them), and batch-1 latency in onnxruntime with one thread
 (`intra_op_num_threads=1`), the files timed in alternation `--rounds` times (a figure is the
@@ -26,6 +27,7 @@ VARIANTS = (  # the first of each mode is what export_onnx writes
     ("float32", {}),
     ("dynamic_int8", {}),
     ("int8", {}),
+    ("int8", {"activation_type": "int8"}),
     ("int8", {"per_channel": False}),
     ("int8", {"preprocess": False}),
     ("int8", {"op_types": ["MatMul", "Add"]}),

@@ -1,5 +1,7 @@
 """ONNX export through tf2onnx, checked by the ONNX checker and onnxruntime."""
 
+import weakref
+
 from keras_vit import _files
 from export.onnx_quantization import calibration_samples, check_onnx_quantization, quantize
 from export.signature import INPUT_NAME, OUTPUT_NAME, prepare
@@ -11,6 +13,8 @@ FORBIDDEN_OPS = ("Erfc", "PartitionedCall", "StatefulPartitionedCall")
 # The only op domain allowed: the default ONNX domain ("" and its alias "ai.onnx"). A contrib op such
 # as com.microsoft's FusedMatMul passes onnx.checker and loads in onnxruntime, but no other runtime has it.
 STANDARD_DOMAINS = ("", "ai.onnx")
+# ServingGraph -> {opset: float32 ONNX bytes}, released with the graph.
+_CONVERSIONS = weakref.WeakKeyDictionary()
 
 
 def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, overwrite=False, verify=True,
@@ -33,8 +37,11 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
         "float32": no quantisation (file name by convention `model.onnx`).
         "dynamic_int8": `quantize_dynamic`, activations quantised at run
             time per call (`model_dynamic_int8.onnx`).
-        "int8": `quantize_static`, QDQ format, int8 activations calibrated
-            (min/max) on `representative_data` (`model_int8.onnx`).
+        "int8": `quantize_static`, QDQ format around the matrix products,
+            8-bit activations calibrated (min/max) on `representative_data`
+            (`model_int8.onnx`); LayerNorm, Softmax and GELU stay float32.
+    The float32 ONNX graph is converted once per `ServingGraph` and opset
+    and shared by its quantised files.
 
     Args:
         model: a built keras_vit model (any dtype policy), or an
@@ -73,15 +80,10 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
     graph, owned = prepare(model, include_preprocessing, scores=scores)
     check_images = None if verification_data is None else verification_images(verification_data, graph.image_shape)
     try:
-        import tf2onnx
-
         samples = calibration_samples(quantization, representative_data, graph.image_shape, include_preprocessing)
         if check_images is None and samples is not None:  # real images when there are, back in [-1, 1]
             check_images = samples[:64] / 127.5 - 1.0 if include_preprocessing else samples[:64]
-        proto, _ = tf2onnx.convert.from_function(graph.function, input_signature=[graph.input_spec], opset=opset)
-        _rename_output(proto, OUTPUT_NAME)
-        content = proto.SerializeToString()
-        check_onnx(content, path)
+        content = _converted(graph, opset, path)
         if quantization != "float32":
             content = quantize(content, quantization, samples)
             check_onnx(content, path)
@@ -94,6 +96,21 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
         if owned:
             graph.close()
     return path
+
+
+def _converted(graph, opset, name):
+    """The float32 ONNX bytes of a `ServingGraph`, checked (`check_onnx`); converted by tf2onnx once per graph and opset,
+    so that `export_all`'s ONNX modes share one conversion."""
+    cache = _CONVERSIONS.setdefault(graph, {})
+    if opset not in cache:
+        import tf2onnx
+
+        proto, _ = tf2onnx.convert.from_function(graph.function, input_signature=[graph.input_spec], opset=opset)
+        _rename_output(proto, OUTPUT_NAME)
+        content = proto.SerializeToString()
+        check_onnx(content, name)
+        cache[opset] = content
+    return cache[opset]
 
 
 def check_opset(opset):

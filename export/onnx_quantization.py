@@ -9,10 +9,12 @@ float32 ONNX graph that `export.onnx.export_onnx` converts:
   the default ONNX domain). The attention's two activation-by-activation
   matmuls stay float32.
 - "int8" (`model_int8.onnx`): `quantize_static` in the QDQ format, int8
-  weights and int8 activations (`QuantizeLinear` / `DequantizeLinear` pairs,
-  default domain, which onnxruntime fuses into its int8 kernels at load
-  time), calibrated with min/max on representative images (the same ones
-  the TFLite int8 file is calibrated on in `export.pipeline.export_all`).
+  weights and 8-bit (uint8) activations at the inputs of every matrix
+  product (`QuantizeLinear` / `DequantizeLinear` pairs, default domain,
+  which onnxruntime fuses into its integer kernels at load time; LayerNorm,
+  Softmax and GELU stay float32), calibrated with min/max on representative
+  images (the same ones the TFLite int8 file is calibrated on in
+  `export.pipeline.export_all`).
 
 Both files hold default-domain ONNX ops only (`export.onnx.check_onnx`), so
 they are not onnxruntime-only. `quant_pre_process` (onnxruntime's
@@ -27,13 +29,20 @@ import tempfile
 import numpy as np
 
 ONNX_QUANTIZATIONS = ("float32", "dynamic_int8", "int8")
-# Static int8 (benchmarks/onnx_int8.py, benchmarks/README.md): per-channel weight scales (the tests' trained tiny ViT:
-# 99.2% decisive top-1 agreement with Keras against 98.6% per tensor), and QDQ around the matrix products only. Letting
-# onnxruntime quantise every op it can (LayerNorm's Sub/Mul/Add/Sqrt, Softmax, Transpose, the residual Adds) kept the
-# tiny ViT at 99.2% but broke ViT-Ti/16 (224 px, random weights, noise: 52% agreement, 1.54x float32's latency);
-# MatMul only: 98.4%, 0.73x float32's latency, 0.28x its size. Adding Add alone: 14%.
+# Static int8, measured with `python -m benchmarks.onnx_int8` (the tests' trained 16 px ViT on 360 held-out digits;
+# ViT-Ti/16 at 224 px with random weights on 64 noise images; 1 thread, files timed in alternation):
+# - per-channel weight scales: 99.2% / 100% decisive top-1 agreement with Keras (per tensor: 98.9% / 96.9%);
+# - QDQ around the matrix products only: ViT-Ti/16 0.69x float32's latency, 0.28x its size. Letting onnxruntime
+#   quantise every op type it can (LayerNorm's Sub/Mul/Add/Sqrt, Softmax, Transpose, the residual Adds) kept the tiny
+#   ViT at 99.2% but broke ViT-Ti/16 (52%); quantising Add as well: 12.5%;
+# - `quant_pre_process`: no difference in agreement or latency; kept, as onnxruntime recommends it (and warns without);
+# - uint8 activations with int8 weights (onnxruntime's "U8S8"): 0.67-0.69x float32's latency against 1.04-1.07x with
+#   int8 activations (S8S8) in the same runs on this machine's AVX512-VNNI CPU, same agreement. onnxruntime's
+#   documentation warns that its U8S8 kernels for AVX2 *without* VNNI can saturate (docs/traps.md): verify the file on
+#   the CPU that runs it.
 PER_CHANNEL = True
 STATIC_OP_TYPES = ("MatMul", "Gemm", "Conv")
+ACTIVATION_TYPE = "uint8"
 
 
 def check_onnx_quantization(quantization):
@@ -66,7 +75,8 @@ def calibration_samples(quantization, representative_data, shape, include_prepro
     return representative_samples(representative_data, shape, include_preprocessing)
 
 
-def quantize(content, quantization, samples=None, per_channel=PER_CHANNEL, preprocess=True, op_types=None):
+def quantize(content, quantization, samples=None, per_channel=PER_CHANNEL, preprocess=True, op_types=None,
+             activation_type=ACTIVATION_TYPE):
     """Quantises float32 ONNX bytes with onnxruntime's tools; returns the int8 file's bytes.
 
     Args:
@@ -83,9 +93,11 @@ def quantize(content, quantization, samples=None, per_channel=PER_CHANNEL, prepr
         op_types: None (default: `STATIC_OP_TYPES` for "int8", onnxruntime's
             own list for "dynamic_int8"), a list of ONNX op types to
             quantise, or `()`: every op type onnxruntime can quantise.
+        activation_type: "int8" only: "uint8" (default, `ACTIVATION_TYPE`)
+            or "int8" activations.
 
     Returns:
-        The quantised model as bytes (int8 weights; "int8": int8 activations).
+        The quantised model as bytes (int8 weights; "int8": 8-bit activations too).
 
     Raises:
         ValueError: `quantization` is not "dynamic_int8" or "int8"; "int8"
@@ -112,8 +124,8 @@ def quantize(content, quantization, samples=None, per_channel=PER_CHANNEL, prepr
         else:
             quantize_static(
                 prepared, target, _calibration_reader(samples), quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                op_types_to_quantize=list(STATIC_OP_TYPES if op_types is None else op_types),
+                activation_type={"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}[activation_type],
+                weight_type=QuantType.QInt8, op_types_to_quantize=list(STATIC_OP_TYPES if op_types is None else op_types),
             )
         with open(target, "rb") as f:
             return f.read()

@@ -26,13 +26,20 @@ FLOAT = onnx.TensorProto.FLOAT
 
 @pytest.fixture(scope="module")
 def exported(trained_vit, tmp_path_factory):
-    """keras-vit-export --formats onnx --onnx-quantization float32,dynamic_int8,int8 on digits: (folder, report)."""
+    """keras-vit-export --formats onnx --onnx-quantization float32,dynamic_int8,int8 on digits:
+    (folder, report, number of tf2onnx conversions)."""
+    import tf2onnx
+
     out = tmp_path_factory.mktemp("onnx_int8") / "out"
     args = [trained_vit[1], "--formats", "onnx", "--onnx-quantization", ",".join(ONNX_QUANTIZATIONS),
             "--calibration-data", "digits", "--no-latency", "--no-mediapipe", "--output-dir", str(out)]
-    assert cli.main(args) == 0
+    calls = []
+    convert = tf2onnx.convert.from_function
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tf2onnx.convert, "from_function", lambda *a, **k: calls.append(1) or convert(*a, **k))
+        assert cli.main(args) == 0
     with open(out / "report.json") as f:
-        return out, json.load(f)
+        return out, json.load(f), len(calls)
 
 
 def _weight_matmuls(proto):
@@ -52,7 +59,8 @@ def _weight_matmuls(proto):
 
 
 def test_every_mode_lands_verified_under_its_own_name(exported):
-    out, report = exported
+    out, report, conversions = exported
+    assert conversions == 1  # the three files quantise one tf2onnx conversion of the one serving graph
     rows = {r["name"]: r for r in report["artifacts"]}
     assert set(rows) == set(FILES.values())
     for quantization, name in FILES.items():
@@ -82,6 +90,11 @@ def test_int8_weights_default_domain_ops_and_agreement_with_keras(exported, trai
         assert len(matmuls) > weights[FLOAT]
         assert all(producers.get(i) == "DequantizeLinear" for n in matmuls for i in n.input[:2])
         assert ops["QuantizeLinear"] > 0 and "MatMulInteger" not in ops
+        # and LayerNorm's and GELU's arithmetic stays float32: min/max int8 there (onnxruntime's default, every op type)
+        # broke ViT-Ti/16 (52% agreement, benchmarks/onnx_int8.py)
+        dequantized = {out for n in proto.graph.node if n.op_type == "DequantizeLinear" for out in n.output}
+        readers = {n.op_type for n in proto.graph.node if dequantized & set(n.input)}
+        assert not readers & {"Sub", "Mul", "Sqrt", "Reciprocal", "GlobalAveragePool", "Erf"}, readers
     else:
         assert ops["DynamicQuantizeLinear"] > 0 and ops["MatMulInteger"] == weights[FLOAT] and "QuantizeLinear" not in ops
     session = onnxruntime.InferenceSession(str(exported[0] / FILES[quantization]), providers=["CPUExecutionProvider"])
