@@ -307,6 +307,12 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
         ) from None
     check_builtin_ops(content, name)
     if quantization == "int8":
+        # TF's converter gives the attention matmuls' second operand (k^T, v) a nonzero zero point, and
+        # XNNPACK declines such an int8 BATCH_MATMUL: 1.9x float32's latency on ViT-Ti/16 (issue 11).
+        # Quantisation parameters only; see export/int8_graph.py and docs/traps.md.
+        from export.int8_graph import symmetric_matmul_operands
+
+        content, _ = symmetric_matmul_operands(content)
         check_integer_only(content, name)
     return content
 

@@ -7,6 +7,8 @@ gives those operands zero point 0. What XNNPACK takes is read with `export.profi
 delegate placement), zero points from LiteRT's tensor details; no timing is asserted.
 """
 
+from unittest import mock
+
 import keras
 import numpy as np
 import pytest
@@ -63,8 +65,25 @@ def int8_file():
     keras.utils.set_random_seed(0)
     model = keras_vit.VisionTransformer(**TINY)
     samples = np.random.default_rng(0).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
+    with ServingGraph(model, batch_size=1, scores="logits") as graph, \
+            mock.patch("export.int8_graph.symmetric_matmul_operands", lambda content: (content, 0)):
+        return tflite.convert(graph, "int8", samples, progress=False)  # TF's converter's file, not rewritten
+
+
+def test_export_convert_applies_the_rewrite(tmp_path):
+    """`export.tflite.convert` (so export_tflite, export_all and the CLI) writes int8 files with every
+    attention BATCH_MATMUL on XNNPACK."""
+    keras.utils.set_random_seed(0)
+    model = keras_vit.VisionTransformer(**TINY)
+    samples = np.random.default_rng(0).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
     with ServingGraph(model, batch_size=1, scores="logits") as graph:
-        return tflite.convert(graph, "int8", samples, progress=False)
+        content = tflite.convert(graph, "int8", samples, progress=False)
+    params, ops = _quantisation(content)
+    seconds = [inputs[1] for name, inputs, _ in ops if name == "BATCH_MATMUL"]
+    assert len(seconds) == 4 and all(params[t][1] == (0,) for t in seconds)
+    row, _ = _batch_matmul_on_xnnpack(content, tmp_path)
+    assert row["off_delegate"] == 0
+    assert symmetric_matmul_operands(content)[1] == 0  # already rewritten
 
 
 def test_converter_leaves_asymmetric_matmul_operands_that_xnnpack_declines(int8_file, tmp_path):
@@ -96,10 +115,9 @@ def test_integer_io_files_get_every_batch_matmul_on_xnnpack_too(io_type, tmp_pat
     keras.utils.set_random_seed(0)
     samples = np.random.default_rng(0).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
     with ServingGraph(keras_vit.VisionTransformer(**TINY), batch_size=1, scores="logits") as graph:
-        content = tflite.convert(graph, "int8", samples, io_type=io_type, progress=False)
-    rewritten, changed = symmetric_matmul_operands(content)
+        rewritten = tflite.convert(graph, "int8", samples, io_type=io_type, progress=False)  # rewritten by convert
     row, _ = _batch_matmul_on_xnnpack(rewritten, tmp_path)
-    assert changed > 0 and row["off_delegate"] == 0
+    assert row["off_delegate"] == 0 and symmetric_matmul_operands(rewritten)[1] == 0
     interpreter = _interpreter(rewritten)
     assert [d["dtype"].__name__ for d in interpreter.get_input_details()] == [io_type]
 
@@ -145,7 +163,8 @@ def test_trained_model_keeps_the_int8_bar_with_symmetric_operands(trained_vit):
     # the tests' digits ViT on 96 held-out scans: the rewritten file is held to the int8 bar, and stays
     # as close to Keras as TensorFlow's own int8 file
     model, _, images, labels = trained_vit
-    with ServingGraph(model, batch_size=1, scores="logits") as graph:
+    with ServingGraph(model, batch_size=1, scores="logits") as graph, \
+            mock.patch("export.int8_graph.symmetric_matmul_operands", lambda content: (content, 0)):
         plain = tflite.convert(graph, "int8", images[:64], progress=False)
     symmetric, changed = symmetric_matmul_operands(plain)
     assert changed > 0
