@@ -3,6 +3,7 @@ int16x8, weight-only int8 and int4 (LiteRT Quantizer, `export.litert_quantizatio
 
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -299,7 +300,10 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
             converter.inference_input_type = getattr(tf, io_type)
             converter.inference_output_type = getattr(tf, io_type)
     try:
-        content = converter.convert()
+        if quantization == "int8" and io_type == "float32" and getattr(graph, "score_kind", None) == "probabilities":
+            content = _int8_with_float_softmax(converter, samples)
+        else:
+            content = converter.convert()
     except Exception as e:  # ConverterError and friends: the graph has no builtin-only form
         raise RuntimeError(
             f"{name}: TFLite conversion with builtin ops only failed: {conversion_cause(e)}\n"
@@ -321,8 +325,9 @@ def float_ops(content):
     """The ops of a `.tflite` flatbuffer that read or write a float tensor, as `(index, op name)` pairs.
 
     The input `QUANTIZE` (from a graph input) and the output `DEQUANTIZE`
-    (to a graph output) of a full-integer file with float32 I/O are not
-    counted: an integer-only file with `io_type` "float32" gives `[]`, as
+    (to a graph output, or to the scores' float32 SOFTMAX that writes the
+    graph output, see `_int8_with_float_softmax`, and that SOFTMAX) of a
+    full-integer file with float32 I/O are not counted: an integer-only file with `io_type` "float32" gives `[]`, as
     one with int8 / uint8 I/O, which has no float tensor at all.
     Op names from LiteRT's `_get_ops_details()`, dtypes from
     `get_tensor_details()`.
@@ -333,12 +338,19 @@ def float_ops(content):
     dtypes = {t["index"]: np.dtype(t["dtype"]) for t in interpreter.get_tensor_details()}
     inputs = {d["index"] for d in interpreter.get_input_details()}
     outputs = {d["index"] for d in interpreter.get_output_details()}
+    ops = interpreter._get_ops_details()
+    dequantized = {o for op in ops if op["op_name"] == "DEQUANTIZE" for o in op["outputs"]}
+    # the scores' float SOFTMAX after the output DEQUANTIZE (`_int8_with_float_softmax`): its input
+    final_softmax_inputs = {i for op in ops if op["op_name"] == "SOFTMAX" and set(op["outputs"]) <= outputs
+                            for i in op["inputs"] if i in dequantized}
     found = []
-    for op in interpreter._get_ops_details():
+    for op in ops:
         ins, outs = [i for i in op["inputs"] if i >= 0], [i for i in op["outputs"] if i >= 0]
         if op["op_name"] == "QUANTIZE" and set(ins) <= inputs:
             continue
-        if op["op_name"] == "DEQUANTIZE" and set(outs) <= outputs:
+        if op["op_name"] == "DEQUANTIZE" and set(outs) <= outputs | final_softmax_inputs:
+            continue
+        if op["op_name"] == "SOFTMAX" and set(ins) <= final_softmax_inputs:
             continue
         if any(i in dtypes and np.issubdtype(dtypes[i], np.floating) for i in ins + outs):
             found.append((op["index"], op["op_name"]))
@@ -379,6 +391,38 @@ def conversion_cause(error):
         if "error:" in line:
             return _strip_location(line.split("error:", 1)[1].strip())[:300]
     return lines[0][:300] if lines else type(error).__name__
+
+
+def _int8_with_float_softmax(converter, samples):
+    """Full-integer int8 bytes whose last op, the scores' SOFTMAX, runs in float32 after the output DEQUANTIZE.
+
+    An int8 SOFTMAX outputs multiples of 1/256, so ten probabilities can
+    miss a sum of 1 by 0.02 and a `score_threshold` query sees steps of
+    0.004 (issue 16). Kept in float32, the scores sum to 1 within float32
+    rounding; every op before it stays int8, so the file is integer-only
+    between its input QUANTIZE and output DEQUANTIZE (`float_ops`). TensorFlow's
+    selective quantisation (`tf.lite.experimental.QuantizationDebugger`,
+    `denylisted_nodes`, the calibrated model's output tensor) does it, with
+    the same MLIR quantiser as `converter.convert()`.
+
+    Args:
+        converter: a `tf.lite.TFLiteConverter` set up for full-integer int8
+            with float32 I/O.
+        samples: the calibration images (see `convert`).
+
+    Returns:
+        The `.tflite` bytes (not yet checked; `convert` checks them).
+    """
+    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
+
+    with warnings.catch_warnings():  # it opens its files with tf.lite.Interpreter, which warns that it is deprecated
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"tensorflow\.lite\.python\.interpreter")
+        debugger = tf.lite.experimental.QuantizationDebugger(
+            converter=converter, debug_dataset=_calibration_generator(samples, False))
+        scores = Interpreter(model_content=debugger.calibrated_model).get_output_details()[0]["name"]
+        debugger.options = tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=[scores])
+    return debugger.get_nondebug_quantized_model()
 
 
 def _calibration_generator(samples, progress):

@@ -51,6 +51,46 @@ def test_int8_with_float_io_has_no_float_op_between_quantize_and_dequantize(grap
     assert "FULLY_CONNECTED" in names and "SOFTMAX" in names and "GELU" in names
 
 
+def test_int8_probabilities_come_from_a_float_softmax_after_the_output_dequantize():
+    """Issue 16: an int8 SOFTMAX outputs multiples of 1/256 (scores summing to 1 only within ~0.02); the
+    scores' softmax runs in float32 after the output DEQUANTIZE, every op before it stays integer."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.VisionTransformer(**TINY, **MODELS["vit"])
+    head = model.get_layer("predictions")
+    head.set_weights([np.random.default_rng(1).normal(0, 0.5, w.shape).astype("float32") for w in head.get_weights()])
+    rng = np.random.default_rng(0)
+    samples, images = (rng.uniform(-1, 1, (n, 16, 16, 3)).astype("float32") for n in (8, 16))
+    with ServingGraph(model, batch_size=1) as g:  # probabilities, the default
+        content = tflite.convert(g, "int8", samples, progress=False)
+        plain = tflite.convert(g, "int8", samples, io_type="uint8", progress=False)  # integer I/O: int8 softmax
+    with ServingGraph(model, batch_size=1, scores="logits") as g:  # the same int8 graph up to the logits
+        logits_file = tflite.convert(g, "int8", samples, progress=False)
+    ops = _op_dtypes(content)
+    assert [name for name, _ in ops[-2:]] == ["DEQUANTIZE", "SOFTMAX"] and ops[-1][1] == {"float32"}
+    floating = [name for name, types in ops if types & {"float32", "float16"}]
+    assert floating == ["QUANTIZE", "DEQUANTIZE", "SOFTMAX"] and tflite.float_ops(content) == []
+    assert "SOFTMAX" in [name for name, _ in _op_dtypes(plain)][-2:]  # then the uint8 output's requantise
+    scores, logits = (_run(c, images).astype("float64") for c in (content, logits_file))
+    assert np.abs(scores.sum(-1) - 1).max() < 1e-5
+    expected = np.exp(logits - logits.max(-1, keepdims=True))
+    np.testing.assert_allclose(scores, expected / expected.sum(-1, keepdims=True), atol=1e-5)
+
+
+def _run(content, images):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    interpreter.allocate_tensors()
+    outputs = []
+    for image in images:
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], image[None])
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"])[0])
+    return np.asarray(outputs)
+
+
 @pytest.mark.parametrize("io_type", ["int8", "uint8"])
 def test_int8_with_integer_io_has_no_float_tensor_at_all(graph, io_type):
     g, samples = graph
