@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 
@@ -17,18 +19,26 @@ def run(args, timeout):
     return result.stdout
 
 
+def demo_export_flags():
+    """`keras-vit-export`'s flags in `make demo`, read from the Makefile so the test runs exactly that job."""
+    makefile = open(os.path.join(os.path.dirname(__file__), os.pardir, "Makefile")).read()
+    return shlex.split(re.search(r"^DEMO_EXPORT_FLAGS := (.*)$", makefile, re.M).group(1))
+
+
 def test_demo_meets_the_readme_quality_bars(tmp_path):
     out = tmp_path / "demo"
     run(["-m", "keras_vit.train", "--output-dir", str(out), "--verbose", "0"], timeout=1200)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["accuracy"] >= 0.97, metrics  # README: at least 97% held-out accuracy
 
-    table = run(["-m", "export", str(out / "model.keras"), "--calibration-data", "digits", "--output-dir", str(out / "export")], timeout=900)
+    table = run(["-m", "export", str(out / "model.keras"), *demo_export_flags(), "--output-dir", str(out / "export")], timeout=1500)
     assert "| model_int8.tflite |" in table
     report = json.loads((out / "export" / "report.json").read_text())
     rows = {r["name"]: r for r in report["artifacts"]}
     assert report["num_verification_images"] == 360 and all(r["passed"] for r in rows.values())
     assert report["dtype_policy"] == "float32"
+    assert set(rows) == {"saved_model", "model.onnx", "model_dynamic_int8.onnx", "model_int8.onnx"} | {
+        f"model_{q}.tflite" for q in ("float32", "float16", "dynamic_int8", "int8", "int16x8", "weight_only_int8", "weight_only_int4")}
     for name in ("saved_model", "model_float32.tflite", "model.onnx"):
         assert rows[name]["relative_max_abs_diff"] <= 2e-5, rows[name]
     assert rows["model_float16.tflite"]["decisive_top1_agreement"] >= 0.99
@@ -39,3 +49,17 @@ def test_demo_meets_the_readme_quality_bars(tmp_path):
     # README: at most 0.3x for dynamic-range int8, 0.31x for the integer-only full-int8 file (measured 0.303x)
     for name, bar in (("model_int8.tflite", 0.31), ("model_dynamic_int8.tflite", 0.3)):
         assert rows[name]["size_mb"] <= bar * float32_size, (name, rows[name]["size_mb"], float32_size)
+    # issue 11's new modes: README bars (export.verify.TOLERANCES) and sizes against the float32 file
+    # sizes measured 0.309x, 0.287x and 0.165x the float32 file; ONNX 0.302x and 0.319x the float32 ONNX file
+    for name, agreement, drop, size in (("model_int16x8.tflite", 0.95, 0.02, 0.32),
+                                        ("model_weight_only_int8.tflite", 0.99, None, 0.3),
+                                        ("model_weight_only_int4.tflite", 0.95, 0.03, 0.2),
+                                        ("model_dynamic_int8.onnx", 0.98, None, None),
+                                        ("model_int8.onnx", 0.97, 0.02, None)):
+        row = rows[name]
+        assert row["decisive_top1_agreement"] >= agreement, row
+        assert drop is None or row["accuracy_drop"] < drop, row
+        assert size is None or row["size_mb"] <= size * float32_size, (name, row["size_mb"], float32_size)
+    onnx_size = rows["model.onnx"]["size_mb"]
+    for name in ("model_dynamic_int8.onnx", "model_int8.onnx"):  # README: at most 0.35x the float32 ONNX file
+        assert rows[name]["size_mb"] <= 0.35 * onnx_size, (name, rows[name]["size_mb"], onnx_size)
