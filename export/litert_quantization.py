@@ -33,7 +33,10 @@ constant weights (the policy's list). Every file is then checked and
 verified by `export.tflite` like the others.
 """
 
+import contextlib
+import io
 import os
+import sys
 
 PACKAGE = "litert-quantizer"
 PACKAGE_VERSION = "0.11.0"
@@ -86,7 +89,7 @@ def recipe(quantization):
     return manager.get_quantization_recipe()
 
 
-def quantize(float_content, quantization, samples=None, name="model", num_threads=None):
+def quantize(float_content, quantization, samples=None, name="model", num_threads=None, progress=True):
     """Quantises a float32 `.tflite` flatbuffer with LiteRT Quantizer; returns the new flatbuffer's bytes.
 
     Args:
@@ -99,6 +102,8 @@ def quantize(float_content, quantization, samples=None, name="model", num_thread
             ignored by the weight-only modes.
         name: the artifact's name, for messages.
         num_threads: LiteRT threads for calibration (default: the CPU count).
+        progress: bool; False hides LiteRT Quantizer's own tqdm bars (it
+            shows them for any model of 100 ops or more, whatever it is told).
 
     Returns:
         bytes of a self-contained flatbuffer (`inline_buffers`).
@@ -118,15 +123,18 @@ def quantize(float_content, quantization, samples=None, name="model", num_thread
     from litert_quantizer import Quantizer
 
     quantizer = Quantizer(bytes(float_content), recipe(quantization))
+    # its calibration and transformation bars are tqdm bars on stderr: shown on a terminal when progress is on
+    bars = contextlib.nullcontext() if progress and sys.stderr.isatty() else contextlib.redirect_stderr(io.StringIO())
     try:
-        calibration = None
-        if quantizer.need_calibration:
-            signatures = Interpreter(model_content=bytes(float_content)).get_signature_list()
-            (key, signature), = signatures.items()
-            (input_name,) = signature["inputs"]
-            steps = [{input_name: samples[i : i + 1]} for i in range(len(samples))]
-            calibration = quantizer.calibrate({key: steps}, num_threads=num_threads or os.cpu_count() or 1)
-        result = quantizer.quantize(calibration, enable_progress_bar=False, enable_progress_report=False)
+        with bars:
+            calibration = None
+            if quantizer.need_calibration:
+                signatures = Interpreter(model_content=bytes(float_content)).get_signature_list()
+                (key, signature), = signatures.items()
+                (input_name,) = signature["inputs"]
+                steps = [{input_name: samples[i : i + 1]} for i in range(len(samples))]
+                calibration = quantizer.calibrate({key: steps}, num_threads=num_threads or os.cpu_count() or 1)
+            result = quantizer.quantize(calibration, enable_progress_bar=False, enable_progress_report=False)
     except Exception as e:  # LiteRT Quantizer's errors come from deep inside it: name the mode and the cause
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
         raise RuntimeError(f"{name}: LiteRT Quantizer failed to make {quantization!r}: {first}") from e

@@ -282,7 +282,7 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
     if quantization in LITERT_QUANTIZATIONS:  # LiteRT Quantizer quantises TensorFlow's float32 file of the same graph
         from export.litert_quantization import quantize
 
-        content = quantize(convert(graph, "float32", name=name), quantization, samples, name=name)
+        content = quantize(convert(graph, "float32", name=name), quantization, samples, name=name, progress=progress)
         check_builtin_ops(content, name)
         return content
 
