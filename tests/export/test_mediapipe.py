@@ -12,7 +12,7 @@ from export import export_tflite
 from export.mediapipe_check import classify, figures, to_frames
 from export.metadata import read_metadata
 from export.signature import ServingGraph, score_kind
-from export.verify import _run_tflite
+from export.verify import TOLERANCES, _run_tflite
 from keras_vit import data
 
 pytestmark = pytest.mark.export
@@ -23,6 +23,9 @@ LABELS = [str(d) for d in range(10)]
 KINDS = [
     ("float32", "float32", False), ("float16", "float32", False), ("dynamic_int8", "float32", False),
     ("int8", "float32", False), ("int8", "uint8", False), ("float32", "float32", True), ("int8", "uint8", True),
+    # issue 11's modes through LiteRT Quantizer; weight_only_int4 only on the demo model (tests/test_demo.py):
+    # per-channel int4 weights flip 10% of this hidden-32 model's decisions (90.6% agreement)
+    ("int16x8", "float32", False), ("weight_only_int8", "float32", False),
 ]
 
 
@@ -133,10 +136,12 @@ def test_every_kind_classifies_in_mediapipe(kinds_dir, held_out, quantization, i
         assert r == ([mine[i]] if scores[confident][i, mine[i]] >= 0.5 else []), (i, r)
     if quantization in ("float32",):
         assert not misses
-    elif quantization != "int8":  # rounded weights: only where Keras' top-1 probability is within 0.01 of 0.5
+    elif quantization in ("float16", "dynamic_int8", "weight_only_int8"):
+        # rounded weights: only where Keras' top-1 probability is within 0.01 of 0.5
         assert (np.abs(keras_p.max(-1)[confident][misses] - 0.5) < 0.01).all()
-    else:  # full-integer: its decision flips (3% allowed by export.verify's int8 bar) show here too
-        assert len(misses) <= 0.03 * confident.sum()
+    else:  # int8, int16x8: their decision flips (export.verify's bars allow 3% and 5%) show here too
+        allowed = 1 - TOLERANCES[quantization]["decisive_top1_agreement"]
+        assert len(misses) <= allowed * confident.sum()
 
 
 def test_int8_io_is_reported_as_not_supported_with_mediapipes_reason(kinds_dir, held_out):
