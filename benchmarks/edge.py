@@ -19,12 +19,17 @@ Per file:
   over 2 threads.
 - size: bytes on disk, and the ratio to the same format's float32 file.
 - top-1 agreement with the Keras model (its float32 twin, through the same serving function) on
-  `--samples` seeded inputs, run on 2 threads: raw, and `export.verify.compare`'s
+  `--samples` inputs, run on 2 threads: raw, and `export.verify.compare`'s
   decisive_top1_agreement (flips where Keras' margin is under 1% of its top score not counted).
-  Random-init weights are all there is here (no download) and keras_vit's head is zero-initialised:
-  every logit would be 0, every top-1 a tie. So the head is replaced by a seeded one
-  (`decisive_head`): a normal kernel, centred on the inputs' mean feature and scaled so that the
-  logits' spread over the inputs is `HEAD_SPREAD`; the top-1 class then follows the input.
+  `--weights trained` (default): no pretrained weights can be downloaded here, so each model is
+  fine-tuned briefly on scikit-learn's digits at 224 px (`trained`, the project's `compile_model`
+  recipe, cached under runs/edge_models/ by model, size, seed and epochs); the inputs are the first
+  `--samples` of the 360 held-out digits, calibration uses the training digits (as export's
+  `--calibration-data digits`), and each file's held-out accuracy is recorded too.
+  `--weights random`: random init, whose zero-initialised head gives every logit 0, so the head is
+  replaced by a seeded one (`decisive_head`): a normal kernel, centred on the inputs' mean feature
+  and scaled so that the logits' spread over the inputs is `HEAD_SPREAD`; inputs are seeded smooth
+  random fields. A far harsher judge than any trained model (benchmarks/README.md).
 - off XNNPACK: ops of the file that LiteRT's XNNPACK delegate leaves to builtin kernels
   (`export.profile.tflite_profile`), and float ops in a quantised graph.
 
@@ -51,6 +56,12 @@ ISSUE_MODES = {
     "tflite": ("float32", "float16", "dynamic_int8", "int8", "int16x8", "weight_only_int8", "weight_only_int4"),
     "onnx": ("float32", "dynamic_int8", "int8"),
 }
+WEIGHTS = ("trained", "random")
+TRAIN_SEED = 0
+TRAIN_EPOCHS = {"Ti16": 3, "S16": 2, QUICK_MODEL: 1}
+TRAIN_BATCH_SIZE = 32
+TRAIN_LEARNING_RATE = 5e-4
+CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs", "edge_models")
 HEAD_SPREAD = 4.0  # standard deviation of the seeded head's logits over the inputs
 CALIBRATION_SAMPLES = 32
 README_BEGIN, README_END = "<!-- edge:begin -->", "<!-- edge:end -->"
@@ -109,8 +120,9 @@ def plan(wanted=None):
     return pairs, notes
 
 
-def build(name):
-    """A random-init float32 model, seed 0: "tiny" (32 px, smoke runs) or a key of `MODELS` (224 px, 1000 classes)."""
+def build(name, classes=None):
+    """A random-init float32 model, seed 0: "tiny" (32 px, smoke runs, 10 classes) or a key of `MODELS` (224 px,
+    1000 classes); `classes` overrides the head's size."""
     import keras
 
     import keras_vit
@@ -118,9 +130,79 @@ def build(name):
     keras.utils.set_random_seed(0)
     if name == QUICK_MODEL:
         return keras_vit.VisionTransformer(patch_size=8, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
-                                           input_shape=(32, 32, 3), classes=10, classifier_activation=None, name="tiny")
-    return getattr(keras_vit, MODELS[name])(weights=None, input_shape=(224, 224, 3), classes=1000,
+                                           input_shape=(32, 32, 3), classes=classes or 10,
+                                           classifier_activation=None, name="tiny")
+    return getattr(keras_vit, MODELS[name])(weights=None, input_shape=(224, 224, 3), classes=classes or 1000,
                                             classifier_activation=None)
+
+
+def trained(name, *, seed=TRAIN_SEED, epochs=None, batch_size=TRAIN_BATCH_SIZE, steps=None, cache_dir=CACHE_DIR,
+            progress=print):
+    """`build(name)` fine-tuned on scikit-learn's digits (`keras_vit.data.digits`, train split, 1,437 images) at the
+    model's image size, weights cached in `cache_dir` so that a rerun skips the training.
+
+    The project's recipe (`keras_vit.training.compile_model`: AdamW, learning rate `TRAIN_LEARNING_RATE` with linear
+    warm-up over the first 10% of steps then cosine decay, global clip norm 1; no XLA), weights seeded as in
+    `build`, `seed` for the data order, `epochs` (default `TRAIN_EPOCHS[name]`) or only the first `steps` batches (tests). The head is
+    a 10-class one (classes "0".."9"). Cache file:
+    `{cache_dir}/{model name}_{image size}px_seed{seed}_e{epochs}[_s{steps}].weights.h5`, written to a temporary
+    name and moved into place.
+
+    Returns `(model, info)`: the float32 model (logits `(batch, 10)`) and `{"cache", "cached", "train_s",
+    "steps", "val_accuracy"}` (held-out accuracy on the 360 validation digits, in [0, 1]).
+    """
+    import keras
+
+    from keras_vit import data, training
+    from keras_vit._files import staged
+
+    epochs = TRAIN_EPOCHS.get(name, 1) if epochs is None else epochs
+    model = build(name, classes=10)
+    keras.utils.set_random_seed(seed)
+    size = model.input_shape[1]
+    tag = f"{model.name}_{size}px_seed{seed}_e{epochs}" + (f"_s{steps}" if steps else "")
+    cache = os.path.join(cache_dir, f"{tag}.weights.h5")
+    train = data.digits("train", image_size=size, batch_size=batch_size, seed=seed)
+    val = data.digits("validation", image_size=size, batch_size=64)
+    per_epoch = int(train.cardinality()) if steps is None else min(steps, int(train.cardinality()))
+    info = {"cache": cache, "cached": os.path.exists(cache), "train_s": 0.0, "steps": epochs * per_epoch}
+    if info["cached"]:
+        model.load_weights(cache)
+        progress(f"{name}: trained weights from {cache}")
+    else:
+        total = epochs * per_epoch
+        training.compile_model(model, total_steps=total, learning_rate=TRAIN_LEARNING_RATE,
+                               warmup_steps=max(1, total // 10), jit_compile=False)
+        progress(f"{name}: fine-tuning on digits at {size} px, {epochs} epoch(s) of {per_epoch} steps of "
+                 f"{batch_size} (seed {seed})")
+        start = time.perf_counter()
+        model.fit(train.take(per_epoch), epochs=epochs, verbose=0, shuffle=False)  # digits() shuffles
+        info["train_s"] = time.perf_counter() - start
+        os.makedirs(cache_dir, exist_ok=True)
+        with staged(cache, overwrite=True) as tmp:
+            model.save_weights(tmp)
+    logits = model.predict(val, verbose=0)
+    labels = np.concatenate([y for _, y in val.as_numpy_iterator()])
+    info["val_accuracy"] = float(np.mean(logits.argmax(-1) == labels))
+    progress(f"{name}: held-out accuracy {info['val_accuracy']:.1%} on {len(labels)} digits"
+             + (f" after {info['train_s']:.0f} s of training" if not info["cached"] else ""))
+    return model, info
+
+
+def digits_inputs(size, samples, calibration_samples):
+    """`(images, labels, calibration)` from scikit-learn's digits at `size` px, 3 channels, in [-1, 1], float32:
+    the first `samples` held-out digits (fixed order) with their int32 labels, and the first `calibration_samples`
+    training digits (unshuffled; the split export's `--calibration-data digits` calibrates on).
+    """
+    from keras_vit import data
+
+    def take(split, n):
+        ds = data.digits(split, image_size=size, batch_size=64, shuffle=False)
+        pairs = list(ds.unbatch().take(n).as_numpy_iterator())
+        return np.stack([x for x, _ in pairs]).astype("float32"), np.array([y for _, y in pairs], "int32")
+
+    images, labels = take("validation", samples)
+    return images, labels, take("train", calibration_samples)[0]
 
 
 def inputs(shape, n, seed):
@@ -230,11 +312,12 @@ def runner(fmt, path, threads):
     return lambda: session.run(None, {name: image}), (lambda x: session.run(None, {name: x})[0])
 
 
-def agreement(fmt, path, images, reference, threads=2, budget_s=None, progress=print):
+def agreement(fmt, path, images, reference, threads=2, budget_s=None, progress=print, labels=None):
     """Top-1 agreement of the file with `reference` outputs on `images`, one image at a time, on `threads` threads.
 
     One call is timed first; with `budget_s`, the inputs are cut to what fits in it (at least 32).
-    Returns `export.verify.compare`'s figures plus "samples" and "single_ms".
+    Returns `export.verify.compare`'s figures plus "samples", "single_ms" and "accuracy" (the file's top-1
+    accuracy on int `labels` `(n,)`, in [0, 1]; None without labels).
     """
     from export.verify import compare
 
@@ -248,7 +331,8 @@ def agreement(fmt, path, images, reference, threads=2, budget_s=None, progress=p
     progress(f"    one inference {1000 * single:.1f} ms; agreement on {n} inputs ({threads} threads)")
     outputs = np.concatenate([first] + [predict(images[i:i + 1]) for i in range(1, n)])
     figures = compare(reference[:n], outputs)
-    return {**figures, "samples": n, "single_ms": 1000 * single}
+    accuracy = None if labels is None else float(np.mean(outputs.argmax(-1) == np.asarray(labels)[:n]))
+    return {**figures, "samples": n, "single_ms": 1000 * single, "accuracy": accuracy}
 
 
 def latencies(files, rounds, runs, threads=(1, 2), progress=print):
@@ -280,35 +364,50 @@ def interleaved_ms(calls, rounds, runs, progress=print):
 
 
 def measure(names, pairs, samples=256, rounds=10, runs=10, calibration_samples=CALIBRATION_SAMPLES, folder=None,
-            agreement_budget_s=None, progress=print):
+            agreement_budget_s=None, progress=print, weights="trained", cache_dir=CACHE_DIR, train_steps=None):
     """The edge table's rows: one per (model, format, mode) exported, plus the notes of what was skipped.
+
+    `weights`: "trained" (default: `trained`, fine-tuned on digits and cached in `cache_dir`; `train_steps` batches
+    per epoch for tests; agreement on the first `samples` held-out digits, calibration on the training digits) or
+    "random" (`build` with `decisive_head`, seeded smooth random fields as inputs and calibration).
 
     Returns `(rows, notes)`. A row: model, format, mode, size_bytes, size_ratio, ms_1, ms_2, ratio_1, ratio_2
     (latency / the same format's float32 latency, same run, same threads), speedup (ms_1 / ms_2),
     top1_agreement, decisive_top1_agreement, samples, single_ms, ops, off_delegate, partitions, float_ops
-    (TFLite only; None for ONNX), export_s.
+    (TFLite only; None for ONNX), export_s, weights, accuracy (the file's held-out digits accuracy; None with
+    random weights), keras_accuracy (the Keras model's on the same inputs).
+
+    Raises:
+        ValueError: `weights` is not one of `WEIGHTS`.
     """
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}. Received: weights={weights!r}")
     folder = folder or tempfile.mkdtemp(prefix="keras_vit_edge_")
     rows, notes = [], []
     for name in names:
         t0 = time.perf_counter()
-        model = build(name)
-        shape = tuple(model.input_shape[1:])
-        data = inputs(shape, samples, seed=1)
-        head = decisive_head(model, data)
-        progress(f"{name}: seeded head, {head['distinct_top1']} distinct top-1 classes on {samples} inputs, "
-                 f"median top-1 margin {head['median_margin']:.2f} logits")
-        files, skipped, reference = export_files(model, folder, pairs, inputs(shape, calibration_samples, seed=2),
-                                                 data, progress)
+        if weights == "trained":
+            model, _ = trained(name, steps=train_steps, cache_dir=cache_dir, progress=progress)
+            data, labels, calibration = digits_inputs(model.input_shape[1], samples, calibration_samples)
+        else:
+            model, labels = build(name), None
+            shape = tuple(model.input_shape[1:])
+            data, calibration = inputs(shape, samples, seed=1), inputs(shape, calibration_samples, seed=2)
+            head = decisive_head(model, data)
+            progress(f"{name}: seeded head, {head['distinct_top1']} distinct top-1 classes on {samples} inputs, "
+                     f"median top-1 margin {head['median_margin']:.2f} logits")
+        files, skipped, reference = export_files(model, folder, pairs, calibration, data, progress)
+        keras_accuracy = None if labels is None else float(np.mean(reference.argmax(-1) == labels))
         notes += [f"{name}: {note}" for note in skipped]
         measured = {}
         for (fmt, mode), spec in files.items():
             progress(f"  {name} {fmt} {mode}:")
             measured[(fmt, mode)] = agreement(fmt, spec["path"], data, reference, budget_s=agreement_budget_s,
-                                              progress=progress)
+                                              progress=progress, labels=labels)
         ms = latencies(files, rounds, runs, progress=progress)
         for (fmt, mode), spec in files.items():
-            rows.append(_row(name, fmt, mode, spec, files, measured[(fmt, mode)], ms))
+            rows.append({**_row(name, fmt, mode, spec, files, measured[(fmt, mode)], ms), "weights": weights,
+                         "accuracy": measured[(fmt, mode)]["accuracy"], "keras_accuracy": keras_accuracy})
         progress(f"{name}: done in {time.perf_counter() - t0:.0f} s")
     return rows, notes
 
@@ -404,9 +503,15 @@ def _f(value, spec):
 
 def markdown(result):
     """The result of `run` as Markdown: the table, the bars, the notes."""
+    if result.get("weights", "random") == "trained":
+        accuracy = {r["model"]: r["keras_accuracy"] for r in result["rows"] if r.get("keras_accuracy") is not None}
+        judge = (f"agreement on the first {result['samples']} held-out digits (2 threads) with the Keras model "
+                 f"fine-tuned on digits at 224 px (`benchmarks.edge.trained`; its held-out accuracy on them: "
+                 + ", ".join(f"{m} {a:.1%}" for m, a in accuracy.items()) + ")")
+    else:
+        judge = f"agreement on {result['samples']} seeded inputs (2 threads), random weights, seeded decisive head"
     lines = [f"{result['machine']}. Batch 1; latency: median of {result['rounds']} interleaved rounds of the median "
-             f"of {result['runs']} calls; agreement on {result['samples']} seeded inputs (2 threads), seeded "
-             f"decisive head (`benchmarks/edge.py`).", "",
+             f"of {result['runs']} calls; {judge} (`benchmarks/edge.py`).", "",
              "| model | format | mode | ms, 1 thread | ms, 2 threads | x float32 (1 / 2 threads) | 2-thread speed-up "
              "| MB | x float32 size | top-1 agreement (decisive) | ops off XNNPACK / ops (partitions) | float ops |",
              "|" + "---|" * 12]
@@ -430,8 +535,8 @@ def markdown(result):
 
 
 def run(names, wanted=None, samples=256, rounds=10, runs=10, agreement_budget_s=None, folder=None, progress=print,
-        peer_python=None):
-    """Measures the table; returns the JSON-ready result (machine, settings, rows, bars, notes).
+        peer_python=None, weights="trained"):
+    """Measures the table; returns the JSON-ready result (machine, settings, weights, rows, bars, notes).
 
     `peer_python`: the Python of a virtual environment with litert-torch (benchmarks/README.md); with it,
     and "Ti16" in `names`, the peer rows of benchmarks/edge_peer.py are added after the table's own.
@@ -446,7 +551,7 @@ def run(names, wanted=None, samples=256, rounds=10, runs=10, agreement_budget_s=
     progress(f"modes: {', '.join(f'{fmt} {mode}' for fmt, mode in pairs)}")
     folder = folder or tempfile.mkdtemp(prefix="keras_vit_edge_")
     rows, skipped = measure(names, pairs, samples, rounds, runs, folder=folder, agreement_budget_s=agreement_budget_s,
-                            progress=progress)
+                            progress=progress, weights=weights)
     if "Ti16" in names and peer_python:
         peer, peer_notes = peer_rows(peer_python, folder, samples, rounds, runs, progress)
         rows, skipped = rows + peer, skipped + peer_notes
@@ -456,7 +561,7 @@ def run(names, wanted=None, samples=256, rounds=10, runs=10, agreement_budget_s=
     litert = getattr(ai_edge_litert, "__version__", "?")
     result = {"machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, TensorFlow {tf.__version__}, LiteRT "
                          f"{litert}, onnxruntime {onnxruntime.__version__}",
-              "models": list(names), "samples": samples, "rounds": rounds, "runs": runs, "rows": rows,
+              "models": list(names), "weights": weights, "samples": samples, "rounds": rounds, "runs": runs, "rows": rows,
               "notes": notes + skipped}
     result["bars"] = bars(rows)
     return result
@@ -482,6 +587,10 @@ def main(argv=None):
                              "float32 is always measured (default: every mode the export package offers)")
     parser.add_argument("--quick", action="store_true",
                         help="a tiny model at 32 px, 32 inputs, 2 rounds of 3 calls: a smoke run")
+    parser.add_argument("--weights", choices=WEIGHTS, default="trained",
+                        help="trained: ViT-Ti/16 and ViT-S/16 fine-tuned on digits (cached under runs/edge_models; "
+                             "agreement on held-out digits); random: random init with a seeded decisive head on "
+                             "random smooth images (default: trained)")
     parser.add_argument("--samples", type=int, default=None, help="agreement inputs (default 256)")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved latency rounds (default 10)")
     parser.add_argument("--runs", type=int, default=None, help="calls per round (default 10)")
@@ -518,13 +627,14 @@ def main(argv=None):
         plan(wanted)
     except ValueError as e:
         fail(str(e))
-    full = not args.quick and args.models is None and args.modes is None and args.samples in (None, 256)
+    full = not args.quick and args.modes is None and args.samples in (None, 256) and args.weights == "trained"
     if args.update_readme and not full:
-        fail("--update-readme needs a full run (no --quick, --models, --modes or --samples)")
+        fail("--update-readme needs a full run of trained models (no --quick, --modes, --samples or --weights random;"
+             " --models Ti16 is allowed when S16 does not fit in the time)")
     if args.peer_python and not os.path.isfile(args.peer_python):
         fail(f"--peer-python must be a Python executable. Received: {args.peer_python}")
     result = run(names, wanted, samples, rounds, runs, args.agreement_budget,
-                 progress=lambda text: print(text, flush=True), peer_python=args.peer_python)
+                 progress=lambda text: print(text, flush=True), peer_python=args.peer_python, weights=args.weights)
     table = markdown(result)
     print()
     print(table)

@@ -13,7 +13,8 @@ def measured(tmp_path_factory):
 
     pairs = [("tflite", "float32"), ("tflite", "dynamic_int8"), ("tflite", "bogus_mode"), ("onnx", "float32")]
     rows, notes = edge.measure(["tiny"], pairs, samples=16, rounds=1, runs=2,
-                               folder=str(tmp_path_factory.mktemp("edge")), progress=lambda text: None)
+                               folder=str(tmp_path_factory.mktemp("edge")), progress=lambda text: None,
+                               cache_dir=str(tmp_path_factory.mktemp("cache")), train_steps=2)
     return rows, notes
 
 
@@ -34,14 +35,19 @@ def test_rows_columns_and_ratios_come_from_the_measured_figures(measured):
     # float32 files compute the Keras model's float32 maths: every top-1 agrees
     assert table[("tflite", "float32")]["top1_agreement"] == 1.0
     assert table[("onnx", "float32")]["top1_agreement"] == 1.0
+    # trained weights, judged on held-out digits: a file that agrees on every top-1 has Keras' accuracy
+    keras_accuracy = table[("tflite", "float32")]["keras_accuracy"]
+    assert all(r["weights"] == "trained" and r["keras_accuracy"] == keras_accuracy for r in rows)
+    assert table[("tflite", "float32")]["accuracy"] == table[("onnx", "float32")]["accuracy"] == keras_accuracy
     # int8 weights: a smaller file (the tiny model's weights are a fraction of it, the rest is graph)
     assert table[("tflite", "dynamic_int8")]["size_ratio"] < 0.8
     # the op profile's figures, TFLite only
     tfl = table[("tflite", "float32")]
     assert 0 <= tfl["off_delegate"] < tfl["ops"] and tfl["partitions"] >= 1 and tfl["float_ops"] == 0
     assert table[("onnx", "float32")]["off_delegate"] is None
-    lines = edge.markdown({"machine": "test", "rounds": 1, "runs": 2, "samples": 16, "rows": rows,
+    lines = edge.markdown({"machine": "test", "rounds": 1, "runs": 2, "samples": 16, "rows": rows, "weights": "trained",
                            "bars": edge.bars(rows), "notes": ["a note"]}).splitlines()
+    assert "first 16 held-out digits" in lines[0] and f"tiny {keras_accuracy:.1%}" in lines[0]
     header = next(i for i, line in enumerate(lines) if line.startswith("| model |"))
     assert len(lines[header].split("|")) == len(lines[header + 1].split("|")) == 14
     assert [line.split("|")[3].strip() for line in lines[header + 2:header + 2 + len(rows)]] == \
@@ -90,6 +96,44 @@ def test_decisive_head_makes_top1_follow_the_input():
     assert head["distinct_top1"] == len(np.unique(logits.argmax(-1))) >= 5  # of 10 classes
 
 
+def test_training_on_digits_then_the_cache_skips_it(tmp_path):
+    import keras
+
+    from benchmarks import edge
+
+    model, info = edge.trained("tiny", steps=2, cache_dir=str(tmp_path), progress=lambda text: None)
+    assert info["steps"] == edge.TRAIN_EPOCHS["tiny"] * 2 and not info["cached"] and info["train_s"] > 0
+    assert info["cache"] == str(tmp_path / "tiny_32px_seed0_e1_s2.weights.h5") and (tmp_path / info["cache"]).exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny_32px_seed0_e1_s2.weights.h5"]  # no temporary file left
+    fresh = edge.build("tiny", classes=10)
+    kernel = model.get_layer("predictions").get_weights()[0]
+    assert np.all(fresh.get_layer("predictions").get_weights()[0] == 0) and np.abs(kernel).max() > 0  # it trained
+    again, info2 = edge.trained("tiny", steps=2, cache_dir=str(tmp_path), progress=lambda text: None)
+    assert info2["cached"] and info2["train_s"] == 0 and info2["val_accuracy"] == info["val_accuracy"]
+    for a, b in zip(model.weights, again.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+
+
+def test_digits_inputs_are_the_fixed_held_out_digits_and_the_training_split():
+    from benchmarks import edge
+    from keras_vit.data import load_digits
+
+    (x_train, _), (_, y_val), _ = load_digits()
+    images, labels, calibration = edge.digits_inputs(8, 40, 8)  # at the scans' own 8 px: no resampling
+    assert images.shape == (40, 8, 8, 3) and calibration.shape == (8, 8, 8, 3)
+    assert images.dtype == calibration.dtype == np.float32 and labels.dtype == np.int32
+    np.testing.assert_array_equal(labels, y_val[:40])
+    # pixels scaled from [0, 255] to [-1, 1]; calibration: the training digits in their stored order
+    np.testing.assert_allclose(calibration, np.repeat(x_train[:8] / 127.5 - 1, 3, axis=-1), atol=1e-5)
+
+
+def test_unknown_weights_are_refused():
+    from benchmarks import edge
+
+    with pytest.raises(ValueError, match="Received: weights='imagenet'"):
+        edge.measure(["tiny"], [("tflite", "float32")], weights="imagenet", progress=lambda text: None)
+
+
 def test_bars_met_and_not_met_with_the_figure():
     from benchmarks import edge
 
@@ -111,7 +155,8 @@ def test_bars_met_and_not_met_with_the_figure():
 def test_cli_errors_exit_2():
     from benchmarks.edge import main
 
-    for argv in (["--rounds", "0"], ["--models", "B16"], ["--quick", "--update-readme"], ["--modes", "int3"]):
+    for argv in (["--rounds", "0"], ["--models", "B16"], ["--quick", "--update-readme"], ["--modes", "int3"],
+                 ["--weights", "random", "--update-readme"], ["--weights", "imagenet"]):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2, argv
