@@ -86,7 +86,8 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
                              f"Received: images of shape {images.shape}")
         return images, images, labels, None
     if source == "digits":
-        calibration, held_out = data.digits("train", **common), data.digits("validation", **common)
+        # unshuffled, like the image-folder split: the same calibration images, so the same int8 file, every run
+        calibration, held_out = data.digits("train", shuffle=False, **common), data.digits("validation", **common)
     elif os.path.isdir(str(source)):
         split = {"validation_split": 0.2, "seed": 0, "directory": source}
         calibration = data.from_directory(subset="training", shuffle=False, **split, **common)
@@ -329,10 +330,12 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
         print(f"verifying {len(artifacts)} artifacts on {len(eval_images)} images ...", flush=True)
         results = verify(graph, artifacts, eval_images, eval_labels, raise_on_failure=False, measure_latency=measure_latency,
                          mediapipe=mediapipe)
-        for row in results:
+        for row in results + errors:
             final = os.path.join(output_dir, row["name"])
             if row["passed"]:
                 _files.promote(row["path"], final, overwrite)
+            elif overwrite:  # asked to replace it, and the new one failed: no older file stays under its name
+                _files.remove(final)
             row["path"] = final if row["passed"] else None
         report = {
             "model": graph.source.name,

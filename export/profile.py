@@ -149,8 +149,10 @@ def tflite_profile(path, num_threads=1, measure_latency=True, runs=20):
                 (the partitions the graph runs in);
             "float_ops_in_quantised_graph": in a file with int8/uint8/int16
                 activations (an op output), the ops other than QUANTIZE /
-                DEQUANTIZE with a float tensor (0 in a float file and in a
-                dynamic-range file, whose activations are float);
+                DEQUANTIZE with a float tensor, by `export.tflite.float_ops`
+                (so not the scores' float SOFTMAX after the output
+                DEQUANTIZE; 0 in a float file and in a dynamic-range file,
+                whose activations are float);
             "ops": one row per op type, in order of first appearance:
                 {"op", "count", "input_types", "output_types" (sorted
                 dtype names), "xnnpack" (how many XNNPACK takes),
@@ -203,8 +205,12 @@ def tflite_profile(path, num_threads=1, measure_latency=True, runs=20):
                         "output_types": op["output_types"], "reason": _reason(op, produced)})
     for row in rows.values():
         row["input_types"], row["output_types"] = sorted(row["input_types"]), sorted(row["output_types"])
-    float_ops = sum(1 for op in ops if op["op_name"] not in _QUANTISE_OPS
-                    and any(t in _FLOAT for t in op["input_types"] + op["output_types"])) if quantised else 0
+    float_ops = 0
+    if quantised:  # the same rule as the int8 export's check: the output's float softmax after DEQUANTIZE is not counted
+        from export.tflite import float_ops as file_float_ops
+
+        with open(path, "rb") as f:
+            float_ops = sum(1 for _, name in file_float_ops(f.read()) if name not in _QUANTISE_OPS)
     latency = {"xnnpack": None, "builtin_kernels": None}
     if measure_latency:
         latency = {"xnnpack": round(graph_latency_ms(path, num_threads, True, runs), 4),

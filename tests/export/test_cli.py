@@ -72,6 +72,15 @@ def test_failed_verification_exits_1_names_artifact_and_leaves_no_file(trained_v
     report = json.loads((out / "report.json").read_text())
     assert [r["passed"] for r in report["artifacts"]] == [True, False]
 
+    # asked to replace an older run's files: the float16 one failed, so the older float16 file goes too,
+    # rather than staying under the name the new report calls failed
+    (out / "model_float16.tflite").write_bytes(b"an older run's file")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([trained_vit[1], "--formats", "tflite", "--quantization", "float32,float16", "--calibration-data", "digits",
+                  "--output-dir", str(out), "--no-latency", "--overwrite"])
+    assert exit_info.value.code == 1
+    assert sorted(os.listdir(out)) == ["labels.txt", "model_float32.tflite", "report.json"]
+
 
 def _text_file(tmp_path, name):
     (tmp_path / name).write_text("not a model")
@@ -190,3 +199,13 @@ def test_sigterm_mid_export_leaves_no_staging_files(trained_vit, tmp_path):
         proc.kill()
     assert not [p.name for p in out.iterdir() if p.name.startswith(".tmp-")]
     assert not (out / "report.json").exists()
+
+
+def test_digits_calibration_images_are_the_same_every_run(trained_vit):
+    """A fresh-user review found int8 files calibrated on differently shuffled digits in each run (not reproducible)."""
+    from export.pipeline import load_data
+
+    first, second = (load_data("digits", trained_vit[0], max_samples=64) for _ in range(2))
+    np.testing.assert_array_equal(first[0], second[0])
+    np.testing.assert_array_equal(first[1], second[1])  # the held-out split, unshuffled as before
+    assert len(first[0]) == 64
