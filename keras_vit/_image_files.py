@@ -1,0 +1,175 @@
+"""Checking and decoding the image files that `keras_vit.data.from_directory` reads.
+
+`_check_image_file` reads the first bytes of a .bmp or .gif file in Python
+before the pipeline is built: it refuses a BMP that `_decode_image` cannot
+decode (e.g. RLE or other compression, 16 bits per pixel, an OS/2 header,
+non-standard bit fields) with a `ValueError` naming the file, and finds the
+transparency flag of a GIF's first frame. `_read_image` then reads and
+decodes one file inside the tf.data pipeline: JPEG with the accurate integer
+IDCT, PNG up to 16 bits (v / 257 for 16-bit), BMP including 1-, 4- and
+8-bit palette images (decoded here: TensorFlow reads 8-bit indices as grey
+and no fewer bits), and a GIF's first frame with transparent pixels in their
+palette colour (as PIL reads them). Every decoded image is
+float32 `(height, width, c)` in [0, 255] with c as stored (1 to 4); channel
+conversion and resizing are `keras_vit.data`'s.
+
+The formats: BMP as in Microsoft's BITMAPINFOHEADER documentation, GIF as in
+the GIF89a specification (graphic control extension, section 23).
+"""
+
+import tensorflow as tf
+
+_BMP_STANDARD_MASKS = (0x00FF0000, 0x0000FF00, 0x000000FF)  # R, G, B of a 32-bit BGRA pixel
+_BMP_COMPRESSIONS = {
+    1: "RLE8 compression", 2: "RLE4 compression", 3: "bit fields", 4: "JPEG compression", 5: "PNG compression",
+    6: "alpha bit fields",
+}
+
+
+def _check_image_file(path):
+    """Reads the start of a .bmp or .gif file; refuses a BMP `_decode_image` cannot decode.
+
+    Returns the byte offset of the transparency flag (bit 0) in the graphic
+    control extension of a GIF's first frame, or -1 (no such flag, or not a
+    GIF). Raises ValueError naming the file for a BMP that `_decode_image`
+    cannot read.
+    """
+    if not path.lower().endswith((".bmp", ".gif")):
+        return -1
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    if head[:2] == b"BM":
+        problem = _bmp_problem(head)
+        if problem:
+            raise ValueError(
+                f"`directory` holds a {problem}, which keras_vit.data cannot decode; convert it, e.g. to PNG. "
+                f"Received: a file {path!r}"
+            )
+    elif head[:4] == b"GIF8":
+        flag = _gif_transparency_flag(head)
+        if flag is None:  # extensions longer than 64 KiB before the first frame
+            with open(path, "rb") as f:
+                flag = _gif_transparency_flag(f.read())
+        return -1 if flag is None else flag
+    return -1
+
+
+def _bmp_problem(head):
+    """None if `_decode_image` reads this BMP header, else what it is ("BMP with ...")."""
+    header_size = int.from_bytes(head[14:18], "little")
+    if 12 <= header_size < 40:
+        return f"BMP with a {header_size}-byte (OS/2) header"
+    if len(head) < 54 or header_size < 40:
+        return "BMP with a damaged or cut-short header"
+    bpp, compression = int.from_bytes(head[28:30], "little"), int.from_bytes(head[30:34], "little")
+    if compression == 0 and bpp in (1, 4, 8, 24, 32):
+        return None
+    masks = tuple(int.from_bytes(head[i : i + 4], "little") for i in (54, 58, 62))
+    if compression == 3 and bpp == 32 and masks == _BMP_STANDARD_MASKS:
+        return None
+    if compression == 0:
+        return f"BMP with {bpp} bits per pixel"
+    kind = _BMP_COMPRESSIONS.get(compression, f"compression type {compression}")
+    if compression == 3:
+        kind += " R, G, B = " + ", ".join(f"{m:#010x}" for m in masks) + " (only 0x00ff0000, 0x0000ff00, 0x000000ff)"
+    return f"BMP with {bpp} bits per pixel and {kind}"
+
+
+def _gif_transparency_flag(head):
+    """Offset of the transparency flag byte of the first frame's graphic control extension, if set.
+
+    Walks the GIF blocks before the first image descriptor: -1 when no
+    graphic control extension there sets the flag, None when `head` ends
+    first.
+    """
+    pos, flag = 13, -1
+    if len(head) < pos:
+        return None
+    if head[10] & 0x80:  # global colour table of 2^(n+1) RGB entries
+        pos += 3 << ((head[10] & 7) + 1)
+    while pos + 2 < len(head):
+        if head[pos] != 0x21:  # an image descriptor (0x2C), the trailer or garbage: done
+            return flag
+        if head[pos + 1] == 0xF9 and head[pos + 2] == 4:  # graphic control extension
+            flag = pos + 3 if head[pos + 3] & 1 else flag
+        pos += 2
+        while pos < len(head) and head[pos]:  # data sub-blocks, each prefixed by its length
+            pos += head[pos] + 1
+        pos += 1
+    return None
+
+
+_ALL_BYTES = bytes(range(256))
+
+
+def _read_image(path, gif_flag):
+    """Reads one image file: float32 `(height, width, c)` in [0, 255], c as stored (1 to 4).
+
+    `gif_flag` >= 0 is the offset of a GIF's transparency flag, cleared
+    before decoding: TensorFlow's GIF decoder makes transparent pixels black,
+    without it they keep their palette colour, as in PIL. None (no file has
+    one) leaves out the test.
+    """
+    contents = tf.io.read_file(path)
+    if gif_flag is None:
+        return _decode_image(contents)
+
+    def without_transparency():
+        flag = tf.io.decode_raw(tf.strings.substr(contents, gif_flag, 1), tf.uint8)[0]
+        cleared = tf.strings.substr(_ALL_BYTES, tf.cast(tf.bitwise.bitwise_and(flag, 0xFE), tf.int32), 1)
+        rest = tf.strings.length(contents) - gif_flag - 1
+        return tf.strings.join(
+            [tf.strings.substr(contents, 0, gif_flag), cleared, tf.strings.substr(contents, gif_flag + 1, rest)]
+        )
+
+    contents = tf.cond(gif_flag >= 0, without_transparency, lambda: contents)
+    return _decode_image(contents)
+
+
+def _decode_image(contents):
+    """Decodes JPEG, PNG, BMP or GIF bytes: float32 `(height, width, c)` in [0, 255], c as stored (1 to 4)."""
+    padded = tf.strings.join([tf.strings.substr(contents, 0, 54), b"\0" * 54])  # 54 bytes even from a shorter file
+    head = tf.io.decode_raw(tf.strings.substr(padded, 0, 54), tf.uint8)
+    is_jpeg = tf.reduce_all(head[:3] == [0xFF, 0xD8, 0xFF])
+    is_png = tf.reduce_all(head[:4] == [0x89, 0x50, 0x4E, 0x47])
+    is_png16 = is_png & (head[24] == 16)  # bit depth in the IHDR chunk
+    is_indexed_bmp = (head[0] == ord("B")) & (head[1] == ord("M")) & (head[28] <= 8) & (head[29] == 0)
+    branch = tf.where(is_jpeg, 1, tf.where(is_png16, 2, tf.where(is_indexed_bmp, 3, 0)))
+    return tf.switch_case(
+        branch,
+        [
+            # PNG up to 8 bits, 24- and 32-bit BMP, GIF (first frame).
+            lambda: tf.cast(tf.io.decode_image(contents, channels=0, expand_animations=False), tf.float32),
+            lambda: tf.cast(tf.io.decode_jpeg(contents, dct_method="INTEGER_ACCURATE"), tf.float32),
+            lambda: tf.cast(tf.io.decode_png(contents, dtype=tf.uint16), tf.float32) / 257.0,  # 65535 -> 255
+            lambda: _decode_indexed_bmp(contents, head),
+        ],
+    )
+
+
+def _decode_indexed_bmp(contents, head):
+    """Decodes an uncompressed 1-, 4- or 8-bit palette BMP (TensorFlow reads 8-bit indices as grey, no fewer bits).
+
+    `head`: the first 54 bytes as uint8. Returns float32 `(height, width, 3)` RGB in [0, 255].
+    """
+    b = tf.cast(head, tf.int64)
+
+    def field(i, n):  # little-endian unsigned int of n bytes at offset i
+        return tf.reduce_sum(b[i : i + n] * tf.constant([1, 1 << 8, 1 << 16, 1 << 24][:n], tf.int64))
+
+    offset, header_size, width, height, bpp, used = (
+        field(10, 4), field(14, 4), field(18, 4), field(22, 4), field(28, 2), field(46, 4)
+    )
+    height = tf.where(height >= 1 << 31, height - (1 << 32), height)  # signed: negative for top-down rows
+    rows, stride, per_byte = tf.abs(height), (width * bpp + 31) // 32 * 4, 8 // bpp
+    levels = tf.bitwise.left_shift(tf.constant(1, tf.int64), bpp)  # 2, 16 or 256 palette indices
+    packed = tf.reshape(tf.io.decode_raw(tf.strings.substr(contents, offset, stride * rows), tf.uint8), [rows, stride])
+    shifts = tf.cast(8 - bpp * (tf.range(per_byte) + 1), tf.uint8)  # most significant bits first
+    indices = tf.bitwise.bitwise_and(tf.bitwise.right_shift(packed[:, :, None], shifts), tf.cast(levels - 1, tf.uint8))
+    indices = tf.reshape(indices, [rows, stride * per_byte])[:, :width]
+    order = tf.range(rows)
+    indices = tf.gather(indices, tf.where(height > 0, rows - 1 - order, order))  # bottom-up rows are stored last first
+    colours = tf.where(used > 0, tf.minimum(used, levels), levels)
+    table = tf.io.decode_raw(tf.strings.substr(contents, 14 + header_size, 4 * colours), tf.uint8)
+    table = tf.pad(tf.reshape(table, [colours, 4])[:, 2::-1], [[0, 256 - colours], [0, 0]])  # BGR0 -> RGB
+    return tf.cast(tf.gather(table, tf.cast(indices, tf.int32)), tf.float32)
