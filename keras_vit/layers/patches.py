@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit._validation import check_channels_last, check_positive_int
+from keras_vit._validation import check_bool, check_channels_last, check_positive_int, is_int
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -25,6 +25,11 @@ class Patches(keras.layers.Layer):
 
     Args:
         patch_size: int >= 1, the patch side P in pixels.
+        flatten: bool, default True: output the patch sequence
+            `(batch, num_patches, patch_dim)`. False keeps the patch grid,
+            `(batch, height // P, width // P, patch_dim)`, which is what a
+            model of any resolution passes to `PatchEncoder` (the grid tells
+            it where each patch sits).
         **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Input shape:
@@ -37,7 +42,9 @@ class Patches(keras.layers.Layer):
         `(batch, num_patches, patch_size * patch_size * channels)` with
         `num_patches = (height // patch_size) * (width // patch_size)`, in
         the layer's compute dtype (float32, or bfloat16/float16 under a
-        mixed precision policy).
+        mixed precision policy). With `flatten=False`:
+        `(batch, height // patch_size, width // patch_size, patch_dim)`.
+        Height and width may be unknown until call time.
 
     Raises:
         ValueError: `patch_size` is not a positive int; at build time, when
@@ -45,7 +52,8 @@ class Patches(keras.layers.Layer):
             reads channels-last images only; a `(batch, channels, height,
             width)` batch would be cut along its channels), the input is not
             rank 4, or height or width is not divisible by `patch_size` or is
-            smaller than it.
+            smaller than it (checked again at call time, before any
+            TensorFlow op, when the input's size was unknown at build).
 
     Example:
 
@@ -55,9 +63,11 @@ class Patches(keras.layers.Layer):
     TensorShape([2, 6, 48])
     """
 
-    def __init__(self, patch_size, **kwargs):
+    def __init__(self, patch_size, flatten=True, **kwargs):
         super().__init__(**kwargs)
         self.patch_size = check_positive_int("patch_size", patch_size)
+        check_bool("flatten", flatten)
+        self.flatten = flatten
 
     def build(self, input_shape):
         check_channels_last("Patches")
@@ -66,15 +76,19 @@ class Patches(keras.layers.Layer):
                 "Patches expects images of shape (batch, height, width, channels). "
                 f"Received: input_shape={tuple(input_shape)}"
             )
-        for axis, size in (("height", input_shape[1]), ("width", input_shape[2])):
-            if size is not None and (size < self.patch_size or size % self.patch_size):
-                raise ValueError(
-                    f"Image {axis} must be a multiple of patch_size={self.patch_size} "
-                    f"(and at least that large). Received: input_shape={tuple(input_shape)}"
-                )
+        self._check_size(input_shape)
         self.input_spec = keras.layers.InputSpec(ndim=4, axes={-1: input_shape[-1]})
 
+    def _check_size(self, shape):
+        for axis, size in (("height", shape[1]), ("width", shape[2])):
+            if is_int(size) and (size < self.patch_size or size % self.patch_size):
+                raise ValueError(
+                    f"Image {axis} must be a multiple of patch_size={self.patch_size} "
+                    f"(and at least that large). Received: input_shape={tuple(shape)}"
+                )
+
     def call(self, inputs):
+        self._check_size(tuple(inputs.shape))
         x = ops.cast(inputs, self.compute_dtype)
         p = self.patch_size
         _, height, width, channels = ops.shape(x)
@@ -83,6 +97,8 @@ class Patches(keras.layers.Layer):
         x = ops.reshape(x, (-1, p, grid_w, p * channels))
         # -> (B*gh, gw, P, P*C): each patch's pixels together, (row, col, channel).
         x = ops.transpose(x, (0, 2, 1, 3))
+        if not self.flatten:
+            return ops.reshape(x, (-1, grid_h, grid_w, p * p * channels))
         return ops.reshape(x, (-1, grid_h * grid_w, p * p * channels))
 
     def compute_output_shape(self, input_shape):
@@ -90,9 +106,63 @@ class Patches(keras.layers.Layer):
         p = self.patch_size
         num_patches = None if height is None or width is None else (height // p) * (width // p)
         patch_dim = None if channels is None else p * p * channels
+        if not self.flatten:
+            return (batch, None if height is None else height // p, None if width is None else width // p, patch_dim)
         return (batch, num_patches, patch_dim)
 
     def get_config(self):
         config = super().get_config()
-        config.update({"patch_size": self.patch_size})
+        config.update({"patch_size": self.patch_size, "flatten": self.flatten})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ImageSizeCheck(keras.layers.Layer):
+    """Passes images through unchanged after checking their height and width.
+
+    A model of any resolution (`input_shape=(None, None, C)`) learns its
+    input size only when called; this layer raises a clear ValueError there,
+    before any TensorFlow op runs, instead of a reshape error from deep
+    inside TensorFlow. It adds no op to the graph. For a hybrid the multiple
+    is the ResNet's output stride times `patch_size` (paper Sec. 3.1).
+
+    Args:
+        patch_size: int >= 1, the patch side in input pixels (or feature-map
+            cells for a hybrid).
+        stride: int >= 1, default 1: the hybrid ResNet's output stride.
+        **kwargs: standard `keras.layers.Layer` arguments.
+
+    Input/output shape:
+        `(batch, height, width, channels)`, any dtype, unchanged.
+
+    Raises:
+        ValueError: at call time, when a known height or width is not a
+            positive multiple of `patch_size * stride`; names the size and
+            the patch size.
+    """
+
+    def __init__(self, patch_size, stride=1, **kwargs):
+        super().__init__(**kwargs)
+        self.patch_size = check_positive_int("patch_size", patch_size)
+        self.stride = check_positive_int("stride", stride)
+
+    def call(self, inputs):
+        cell = self.patch_size * self.stride
+        what = f"patch_size={self.patch_size}"
+        if self.stride > 1:
+            what += f" x the ResNet's output stride {self.stride} = {cell}"
+        for axis, size in (("height", inputs.shape[1]), ("width", inputs.shape[2])):
+            if is_int(size) and (size < cell or size % cell):
+                raise ValueError(
+                    f"Image {axis} must be a multiple of {what} (and at least that large). "
+                    f"Received: an image of {axis} {size} (input shape {tuple(inputs.shape)})"
+                )
+        return inputs
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"patch_size": self.patch_size, "stride": self.stride})
         return config

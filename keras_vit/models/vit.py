@@ -13,7 +13,8 @@ from keras_vit._validation import (
     check_rate,
     is_int,
 )
-from keras_vit.layers import LayerNormalization, Patches, PatchEncoder, SequencePooling, TransformerBlock
+from keras_vit.layers import ImageSizeCheck, LayerNormalization, Patches, PatchEncoder, SequencePooling, TransformerBlock
+from keras_vit.layers.position_embedding import INTERPOLATIONS, POSITION_EMBEDDINGS
 from keras_vit.models.resnet import output_stride as resnet_output_stride
 from keras_vit.models.resnet import resnet_features
 
@@ -47,6 +48,9 @@ def VisionTransformer(
     name="vision_transformer",
     resnet_num_layers=None,
     resnet_width_factor=1,
+    position_embedding="learned",
+    position_embedding_grid=None,
+    position_embedding_interpolation="bilinear",
 ):
     """Builds a Vision Transformer as a functional `keras.Model`.
 
@@ -100,8 +104,13 @@ def VisionTransformer(
         input_tensor: optional Keras tensor (output of `keras.Input` or of
             a Keras layer) of shape (batch, height, width, channels) to use
             as image input.
-        input_shape: optional (height, width, channels) tuple of ints,
-            default (224, 224, 3). Height and width must be known.
+        input_shape: optional (height, width, channels) tuple, default
+            (224, 224, 3). Channels must be known. Height and/or width None
+            builds a model of any resolution: it accepts every height and
+            width that is a multiple of `patch_size` (x the hybrid's output
+            stride) and resamples its position embeddings to the input's
+            patch grid at call time (`PatchEncoder`); under XLA each new
+            input shape compiles once.
         pooling: with `include_top=False`: None (output the whole sequence),
             "token" (class token state), "avg" or "max" over the patch tokens.
             Ignored when `include_top=True`, where `classifier` decides.
@@ -119,6 +128,17 @@ def VisionTransformer(
             reference configurations), and image height and width must be
             multiples of output stride x `patch_size`.
         resnet_width_factor: int >= 1, the ResNet's width factor (default 1).
+        position_embedding: "learned" (default, the paper's 1D table),
+            "learned_2d" (X and Y tables of hidden_size / 2), "sincos_2d"
+            (fixed, big_vision/MAE) or "none": the choices of the paper's
+            Appendix D.4, Table 8 (`PatchEncoder`).
+        position_embedding_grid: None or (rows, cols): the patch grid of the
+            position-embedding tables. Default: the input's grid, or for an
+            unknown height or width that of a 224 px side (14 for P = 16).
+        position_embedding_interpolation: "bilinear" (default, the
+            reference rule) or "bicubic": how the learned tables are
+            resampled to an input grid other than theirs (the rules of
+            `keras_vit.weights.resample_position_embedding`).
 
     Input:
         `(batch, height, width, channels)` images, float32 (integer data is
@@ -178,6 +198,8 @@ def VisionTransformer(
             "(use classifier='gap' for a model without one)"
         )
     check_choice("pooling", pooling, POOLINGS)
+    check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
+    check_choice("position_embedding_interpolation", position_embedding_interpolation, INTERPOLATIONS)
     if pooling == "token" and not class_token:
         raise ValueError("`pooling='token'` needs a class token. Received: class_token=False")
     _check_activation(classifier_activation)
@@ -208,6 +230,8 @@ def VisionTransformer(
         resnet_width_factor = check_positive_int("resnet_width_factor", resnet_width_factor)
         stride = resnet_output_stride(resnet_num_layers)
     input_shape = _resolve_input_shape(input_shape, input_tensor, patch_size, stride)
+    grid = _table_grid(position_embedding_grid, input_shape, patch_size * stride)
+    dynamic = input_shape[0] is None or input_shape[1] is None
     if weights_kind == "checkpoint" and isinstance(weights, str) and _is_name(weights):
         weights = _pretrained_checkpoint(
             weights, (patch_size, hidden_size, num_layers, num_heads, mlp_dim), input_shape, resnet_num_layers
@@ -216,10 +240,20 @@ def VisionTransformer(
     image_input = keras.Input(shape=input_shape, name="images") if input_tensor is None else input_tensor
 
     x = image_input
+    if dynamic:
+        x = ImageSizeCheck(patch_size, stride, name="image_size_check")(x)
     if resnet_num_layers is not None:
         x = resnet_features(x, resnet_num_layers, resnet_width_factor)
-    x = Patches(patch_size, name="patches")(x)
-    x = PatchEncoder(hidden_size, class_token=class_token, dropout_rate=dropout_rate, name="patch_encoder")(x)
+    x = Patches(patch_size, flatten=not dynamic, name="patches")(x)
+    x = PatchEncoder(
+        hidden_size,
+        class_token=class_token,
+        dropout_rate=dropout_rate,
+        position_embedding=position_embedding,
+        grid_size=grid,
+        interpolation=position_embedding_interpolation,
+        name="patch_encoder",
+    )(x)
     depth_rates = np.linspace(0.0, stochastic_depth_rate, num_layers) if num_layers > 1 else [stochastic_depth_rate]
     for i in range(num_layers):
         x = TransformerBlock(
@@ -327,10 +361,10 @@ def _resolve_input_shape(input_shape, input_tensor, patch_size, stride=1):
                 f"Received: input_tensor of type {type(input_tensor).__name__}"
             )
         tensor_shape = tuple(input_tensor.shape)[1:]
-        if len(tensor_shape) != 3 or not all(is_int(d) and d > 0 for d in tensor_shape):
+        if len(tensor_shape) != 3 or not all(_size_ok(d) for d in tensor_shape[:2]) or not _known(tensor_shape[2]):
             raise ValueError(
-                "`input_tensor` must have shape (batch, height, width, channels) with height, width and "
-                f"channels known. Received: input_tensor with shape {tuple(input_tensor.shape)}"
+                "`input_tensor` must have shape (batch, height, width, channels) with channels known "
+                f"(height and width known or None). Received: input_tensor with shape {tuple(input_tensor.shape)}"
             )
     if input_shape is None:
         input_shape = tensor_shape if tensor_shape is not None else DEFAULT_INPUT_SHAPE
@@ -340,12 +374,12 @@ def _resolve_input_shape(input_shape, input_tensor, patch_size, stride=1):
         raise ValueError(
             f"`input_shape` must be a (height, width, channels) tuple. Received: input_shape={input_shape!r}"
         ) from None
-    if len(input_shape) != 3 or not all(is_int(d) and d > 0 for d in input_shape):
+    if len(input_shape) != 3 or not all(_size_ok(d) for d in input_shape[:2]) or not _known(input_shape[2]):
         raise ValueError(
-            "`input_shape` must be a (height, width, channels) tuple of positive ints "
-            f"(height and width known). Received: input_shape={input_shape!r}"
+            "`input_shape` must be a (height, width, channels) tuple of positive ints; height and width may "
+            f"be None (any resolution). Received: input_shape={input_shape!r}"
         )
-    input_shape = tuple(int(d) for d in input_shape)
+    input_shape = tuple(None if d is None else int(d) for d in input_shape)
     if tensor_shape is not None and tensor_shape != input_shape:
         raise ValueError(
             "`input_tensor` and `input_shape` disagree: "
@@ -354,14 +388,41 @@ def _resolve_input_shape(input_shape, input_tensor, patch_size, stride=1):
     height, width, _ = input_shape
     cell = patch_size * stride
     what = "`patch_size`" if stride == 1 else f"the ResNet's output stride ({stride}) x `patch_size`"
-    if cell > min(height, width):
+    known = [d for d in (height, width) if d is not None]
+    if known and cell > min(known):
         raise ValueError(
             f"{what} must not exceed the image size. Received: patch_size={patch_size} "
             f"for input_shape={input_shape}"
         )
-    if height % cell or width % cell:
+    if any(d % cell for d in known):
         raise ValueError(
             f"Image height and width must be multiples of {what}. Received: input_shape={input_shape}, "
             f"patch_size={patch_size}"
         )
     return input_shape
+
+
+def _known(d):
+    return is_int(d) and d > 0
+
+
+def _size_ok(d):
+    return d is None or _known(d)
+
+
+def _table_grid(position_embedding_grid, input_shape, cell):
+    """Returns the (rows, cols) patch grid of the position-embedding tables."""
+    if position_embedding_grid is not None:
+        grid = position_embedding_grid
+        try:
+            grid = tuple(grid)
+        except TypeError:
+            grid = (grid,)
+        if len(grid) != 2 or not all(_known(g) for g in grid):
+            raise ValueError(
+                "`position_embedding_grid` must be None or (rows, cols), two ints >= 1. "
+                f"Received: position_embedding_grid={position_embedding_grid!r}"
+            )
+        return int(grid[0]), int(grid[1])
+    default = max(DEFAULT_INPUT_SHAPE[0] // cell, 1)
+    return tuple(default if d is None else d // cell for d in input_shape[:2])

@@ -65,6 +65,7 @@ def describe(model):
             f"Model {model.name!r} is not a keras_vit Vision Transformer (it has no 'patches' and 'patch_encoder' layers)"
         )
     _, height, width, channels = patches.input.shape
+    grid = encoder.grid_size or (height // patches.patch_size, width // patches.patch_size)
     blocks = []
     while (block := _layer(model, f"transformer_block_{len(blocks)}")) is not None:
         blocks.append(block)
@@ -72,7 +73,8 @@ def describe(model):
     return {
         "patch_size": p,
         "channels": channels,
-        "grid": (height // p, width // p),
+        "grid": tuple(grid),
+        "position_embedding": encoder.position_embedding_kind,
         "hidden_size": encoder.hidden_size,
         "class_token": encoder.class_token,
         "num_layers": len(blocks),
