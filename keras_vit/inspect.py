@@ -199,12 +199,21 @@ def mean_attention_distance(model, images, batch_size=32):
 def position_embedding_similarity(model):
     """Cosine similarity of each patch's position embedding with every other (paper Fig. 7 centre).
 
+    Any position-embedding kind (paper Appendix D.4): the table the model
+    adds at its own grid (`PatchEncoder.position_table`), learned or fixed.
+
     Returns:
         float32 (rows, cols, rows, cols): [i, j] is the map of patch (i, j)'s
         similarity to all patches; values in [-1, 1], 1 on the diagonal.
+
+    Raises:
+        ValueError: a model with position_embedding="none" (no table).
     """
     d = _describe(model)
-    pe = np.asarray(d["encoder"].position_embedding.numpy(), dtype="float64")[0, d["prefix"]:]
+    table = d["encoder"].position_table()
+    if table is None:
+        raise ValueError(f"Model {model.name!r} has position_embedding='none': it has no position embeddings to compare")
+    pe = np.asarray(table, dtype="float64")[d["prefix"]:]
     unit = pe / np.maximum(np.linalg.norm(pe, axis=-1, keepdims=True), 1e-12)
     rows, cols = d["grid"]
     return (unit @ unit.T).reshape(rows, cols, rows, cols).astype("float32")

@@ -338,6 +338,8 @@ def load_pretrained(
             tensor whose shape does not fit (the message names the key and
             both shapes); a missing key; a different number of layers; a
             class token in one but not the other; unknown extra parameters;
+            a model whose position embedding is not "learned" (checkpoints
+            hold the 1D learned table);
             `head="load"` when the head cannot load.
         ValueError: a bad argument, an unknown checkpoint name, or a failed
             or corrupt download.
@@ -351,6 +353,12 @@ def load_pretrained(
     if antialias and interpolation != "bicubic":
         raise ValueError("`antialias=True` needs interpolation='bicubic' (the reference bilinear has no antialiasing)")
     d = describe(model)
+    if d["position_embedding"] != "learned":
+        raise CheckpointError(
+            "Published ViT checkpoints hold the paper's learned 1D position embedding (position_embedding="
+            f"'learned'); model {model.name!r} was built with position_embedding={d['position_embedding']!r}. "
+            "Build the model with position_embedding='learned' to load them."
+        )
     if head == "load" and d["head"] is None:
         raise CheckpointError("head='load' but the model has no head (include_top=False)")
     arrays, source, entry = _resolve_source(model, checkpoint, cache_dir)
@@ -485,6 +493,11 @@ def _reading(class_row, grid):
 def to_canonical_arrays(model):
     """Returns the model's weights as a dict in the canonical (Google pre-linen) layout, float32."""
     d = describe(model)
+    if d["position_embedding"] != "learned":
+        raise CheckpointError(
+            f"The checkpoint layout holds a learned 1D position embedding; model {model.name!r} has "
+            f"position_embedding={d['position_embedding']!r} (save it as .keras or .weights.h5 instead)"
+        )
     out = {key: np.asarray(var.numpy(), np.float32) for key, var in model_variables(model).items()}
     p, c = d["patch_size"], d["channels"]
     out["embedding/kernel"] = out["embedding/kernel"].reshape(p, p, c, d["hidden_size"])
