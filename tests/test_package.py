@@ -33,7 +33,7 @@ def test_public_names():
     assert set(keras_vit.__all__) == {
         "layers", "VisionTransformer", "ViTTi16", "ViTS16", "ViTS32", "ViTB8", "ViTB16", "ViTB32",
         "ViTL16", "ViTL32", "ViTH14", "preprocess_input", "decode_predictions", "weights",
-        "ViTR26S32", "ViTR50B16", "ViTR50L32",
+        "ViTR26S32", "ViTR50B16", "ViTR50L32", "resize",
     }
     assert all(hasattr(keras_vit, name) for name in keras_vit.__all__)
 
