@@ -208,3 +208,18 @@ def test_a_model_that_is_not_a_keras_vit_model_is_refused():
         keras_vit.resize("a string", (16, 16, 3))
     with pytest.raises(ValueError, match="interpolation='nearest'"):
         keras_vit.resize(_model(), (16, 16, 3), interpolation="nearest")
+
+
+def test_a_model_whose_encoder_has_no_grid_size_in_its_config():
+    """`.keras` files written before issue 13 hold a PatchEncoder config without `grid_size`."""
+    model = _model()
+    config = model.get_config()
+    for layer in config["layers"]:
+        if layer["name"] == "patch_encoder":
+            del layer["config"]["grid_size"], layer["config"]["position_embedding"], layer["config"]["interpolation"]
+    old = keras.Model.from_config(config)
+    old.set_weights(model.get_weights())
+    assert old.get_layer("patch_encoder").grid_size is None
+    x = _images(24, 32)
+    np.testing.assert_allclose(np.asarray(keras_vit.resize(old, (24, 32, 3))(x)),
+                               np.asarray(_offline(model, (24, 32, 3))(x)), atol=1e-5, rtol=0)
