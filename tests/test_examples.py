@@ -20,7 +20,7 @@ def load(name):
 
 def test_every_example_has_a_smoke_test():
     tested = {"build_and_predict", "finetune_image_folder", "finetune_tfds", "finetune_pretrained",
-              "inspect_attention"}
+              "inspect_attention", "position_embedding_ablation"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -93,3 +93,39 @@ def test_inspect_attention_with_given_weights(tmp_path):
     np.savez(checkpoint, **reference.google_checkpoint(0))
     paths = load("inspect_attention").main(["--weights", str(checkpoint), "--output-dir", str(tmp_path / "f")])
     assert len(paths) == 4
+
+
+def test_position_embedding_ablation_writes_both_tables(tmp_path, capsys):
+    import json
+
+    module = load("position_embedding_ablation")
+    hidden = 32
+    results = module.main(["--hidden-size", str(hidden), "--num-layers", "1", "--num-heads", "2", "--mlp-dim", "64",
+                           "--epochs", "1", "--finetune-epochs", "1", "--steps-per-epoch", "2", "--no-xla",
+                           "--output-dir", str(tmp_path)])
+    assert json.loads((tmp_path / "ablation.json").read_text()) == json.loads(json.dumps(results))
+    markdown = (tmp_path / "ablation.md").read_text()
+    assert markdown == module.tables(results) and markdown in capsys.readouterr().out
+
+    kinds = results["position_embeddings"]
+    assert list(kinds) == ["learned", "learned_2d", "sincos_2d", "none"]
+    for r in kinds.values():
+        assert len(r["accuracy"]) == 1 and 0 <= r["mean"] <= 1 and r["std"] is None
+    # Position weights: the 1D table has 1 + 4 * 4 rows of width D, the 2D tables 4 + 4 rows of D / 2; no others.
+    none = kinds["none"]["parameters"]
+    assert kinds["sincos_2d"]["parameters"] == none
+    assert kinds["learned"]["parameters"] - none == 17 * hidden
+    assert kinds["learned_2d"]["parameters"] - none == 8 * hidden // 2
+
+    resolution = results["resolution"]
+    assert list(resolution["accuracy"]) == [module.RUNTIME, module.FINETUNED, module.CONTROL]
+    for by_size in resolution["accuracy"].values():
+        assert list(by_size) == ["16", "24", "32"] and all(0 <= a <= 1 for a in by_size.values())
+    # At 16 px the any-resolution model is the trained "learned" model of part 1: the same logits, the same accuracy.
+    assert resolution["max_abs_logit_diff_any_resolution_vs_trained_at_16px"] < 1e-5
+    assert resolution["accuracy"][module.RUNTIME]["16"] == kinds["learned"]["accuracy"][0]
+    lines = markdown.splitlines()
+    assert lines[0].startswith("| position embedding |") and len(lines) == 2 + 4 + 1 + 2 + 3
+
+    several = module._summary([0.5, 0.7, 0.6])  # what --seeds 3 reports
+    np.testing.assert_allclose([several[k] for k in ("mean", "std", "min", "max")], [0.6, 0.1, 0.5, 0.7])
