@@ -49,6 +49,12 @@ def build_parser():
                    help="what classifier artifacts output: probabilities (default; a softmax in the graph when the "
                         "head has none) or the head's raw logits")
     p.add_argument("--no-mediapipe", action="store_true", help="skip the MediaPipe ImageClassifier check of .tflite files")
+    p.add_argument("--image-size", default=None, metavar="H[,W]|dynamic",
+                   help="export at another resolution, in pixels, multiples of the patch size: a fixed-size model is "
+                        "resized (keras_vit.resize, its position table resampled once); a model of any resolution "
+                        "keeps dynamic SavedModel/ONNX files (verified at H,W and a second size) and gets .tflite "
+                        "files of H x W (default: its table's grid x patch size); 'dynamic': .tflite files of "
+                        "dynamic height and width too (float32, float16, dynamic_int8)")
     p.add_argument("--overwrite", action="store_true", help="replace existing artifacts")
     _console.add_verbose_argument(p)
     return p
@@ -62,7 +68,7 @@ def main(argv=None):
     # SIGTERM unwinds like Ctrl-C, so that the staging folder is removed on the way out.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     from export.pipeline import export_all, format_table, parse_list
-    from export.signature import load_vit
+    from export.signature import load_vit, parse_image_size
     from export.verify import VerificationError
 
     try:
@@ -70,6 +76,7 @@ def main(argv=None):
         parse_list(args.quantization, QUANTIZATIONS, "quantization")
         parse_list(args.onnx_quantization, ONNX_QUANTIZATIONS, "onnx_quantization")
         model = load_vit(args.model)
+        parse_image_size(args.image_size, model, argument="--image-size")
         report = export_all(
             model,
             args.output_dir,
@@ -87,6 +94,7 @@ def main(argv=None):
             scores=args.scores,
             mediapipe=not args.no_mediapipe,
             onnx_quantization=args.onnx_quantization,
+            image_size=args.image_size,
         )
     except (ValueError, FileExistsError) as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")

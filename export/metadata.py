@@ -33,7 +33,7 @@ SCORE_DESCRIPTIONS = {
 }
 
 
-def write_metadata(content, labels, include_preprocessing=False, scores=None):
+def write_metadata(content, labels, include_preprocessing=False, scores=None, default_size=None):
     """Returns `content` (a .tflite flatbuffer) with image-classifier metadata.
 
     Built with tflite-support's `image_classifier.MetadataWriter` from its
@@ -50,6 +50,9 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None):
         include_preprocessing: bool, whether the graph scales raw pixels.
         scores: what the output holds, recorded as its description:
             "probabilities", "logits", "outputs" or None (unstated).
+        default_size: None, or (height, width) in pixels: the
+            `default_size` of a file whose input height and width are
+            dynamic (its input tensor reads (1, 1, 1, 3) until resized).
 
     Raises:
         ValueError: `labels` is empty or not a list of strings, or `scores`
@@ -63,6 +66,10 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None):
     mean, std = (0.0, 1.0) if include_preprocessing else (NORM_MEAN, NORM_STD)
     buffer = bytearray(content)
     _, height, width, _ = writer_utils.get_input_tensor_shape(buffer, 0)
+    size_text = f"{width}x{height} pixels"
+    if default_size is not None:
+        height, width = default_size
+        size_text = f"any height and width the model takes (resize the input tensor), {width}x{height} pixels by default"
 
     class SizedImageMd(metadata_info.InputImageTensorMd):
         def create_metadata(self):
@@ -74,7 +81,7 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None):
 
     input_md = SizedImageMd(
         name=image_classifier.INPUT_NAME,
-        description=f"RGB image, {width}x{height} pixels; (x - {mean}) / {std} is applied by the app",
+        description=f"RGB image, {size_text}; (x - {mean}) / {std} is applied by the app",
         norm_mean=[mean],
         norm_std=[std],
         color_space_type=schema.ColorSpaceType.RGB,

@@ -26,7 +26,8 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
     Keras 3 models, docs/traps.md; a model trained under a mixed or
     low-precision dtype policy is exported as its float32 twin). The graph
     has input `images` float32 `(batch, height, width, channels)` (batch
-    dynamic) and output `predictions` float32 `(batch, classes)`. It must
+    dynamic; height and width too for a model of any resolution, verified at
+    two sizes, `ServingGraph.check_shapes`) and output `predictions` float32 `(batch, classes)`. It must
     pass `onnx.checker.check_model(full_check=True)`, hold only standard ONNX
     ops (no `Erfc` or `PartitionedCall` left-overs), and load in onnxruntime.
     Unless `verify=False`, onnxruntime's outputs are then compared with the
@@ -91,7 +92,8 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
             with open(tmp, "wb") as f:
                 f.write(content)
             if verify:
-                check_artifact(graph, Artifact(path, "onnx", tmp, quantization, include_preprocessing), check_images)
+                artifact = Artifact(path, "onnx", tmp, quantization, include_preprocessing, dynamic_size=graph.dynamic_size)
+                check_artifact(graph, artifact, check_images)
     finally:
         if owned:
             graph.close()

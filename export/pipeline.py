@@ -10,9 +10,10 @@ import numpy as np
 from keras_vit import _files
 from export.onnx import check_opset
 from export.onnx_quantization import ONNX_QUANTIZATIONS, onnx_file
-from export.signature import ServingGraph, image_shape, prepare
-from export.tflite import CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, _images_of, check_quantization
-from export.verify import NOISE_HINT, Artifact, VerificationError, decision_failure, verify
+from export.signature import ServingGraph, image_shape, is_dynamic, model_image_shape, parse_image_size, prepare
+from export.tflite import (CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, _images_of, check_dynamic_size_quantization,
+                           check_quantization)
+from export.verify import NOISE_HINT, Artifact, VerificationError, decision_failure, resized_images, verify
 
 FORMATS = ("saved_model", "tflite", "onnx")
 VERIFY_SAMPLES = 512
@@ -164,6 +165,7 @@ def export_all(
     scores="probabilities",
     mediapipe=True,
     onnx_quantization="float32",
+    image_size=None,
 ):
     """Exports, verifies and writes every requested artifact plus `report.json`.
 
@@ -220,6 +222,22 @@ def export_all(
             partitions on a float32 ViT) or None (dynamic batch) for the
             TFLite files; the SavedModel and ONNX files keep a dynamic batch.
             See `export.tflite.export_tflite`.
+        image_size: None (default), (height, width) or "H,W" / "S" in
+            pixels, multiples of the patch size (times the hybrid's stride),
+            or "dynamic" (`export.signature.parse_image_size`). A fixed-size
+            model given another size is exported at that size:
+            `keras_vit.resize(model, (H, W, C))`, its position table
+            resampled once (the report records `resized_from`). A model of
+            any resolution (`input_shape=(None, None, C)`) keeps a dynamic
+            height and width in its SavedModel and ONNX files, each verified
+            at two sizes (`image_size`, by default its table's grid times
+            the patch size, and `export.signature.other_image_size`); its
+            TFLite files are fixed at `image_size`, or with "dynamic" keep a
+            dynamic height and width (float32, float16 and dynamic_int8
+            only: `export.tflite.DYNAMIC_SIZE_QUANTIZATIONS`), verified at
+            the two sizes. The report lists the sizes checked per artifact
+            (`verified_sizes`, `at_sizes`) and for the export
+            (`verification_sizes`, `tflite_image_size`).
 
     Returns:
         The report dict (also written to `output_dir/report.json`).
@@ -227,7 +245,9 @@ def export_all(
     Raises:
         ValueError: an unknown format or quantization, an int8 I/O type
             without the int8 file, an output path that is a file, labels or
-            calibration classes that do not match the model.
+            calibration classes that do not match the model; a bad
+            `image_size` (names it and the patch size), or "dynamic" with a
+            fixed-size model or a TFLite mode that cannot keep a dynamic size.
         FileExistsError: an artifact or report already exists and
             `overwrite` is False (checked before any work).
         VerificationError: after writing the report, if any artifact failed.
@@ -245,6 +265,10 @@ def export_all(
         raise ValueError(f"`batch_size` must be 1 or None (dynamic). Received: batch_size={batch_size!r}")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ValueError(f"output_dir {output_dir!r} is a file, not a folder")
+    size = parse_image_size(image_size, model)
+    if size == "dynamic":
+        for q in quantizations:
+            check_dynamic_size_quantization(q)
     modes = {"tflite": quantizations, "onnx": onnx_quantizations}
     planned = [(f, q) for f in formats for q in modes.get(f, ["float32"])]
     targets = [os.path.join(output_dir, artifact_file(f, q)) for f, q in planned]
@@ -252,12 +276,17 @@ def export_all(
         _files.check_target(path, overwrite)
 
     started = time.perf_counter()
-    with ServingGraph(model, include_preprocessing, scores=scores) as graph:  # one float32 trace for every artifact
+    model, resized_from = _at_size(model, size)
+    graph_size = size if size != "dynamic" and is_dynamic(model) else None
+    # one float32 trace for every artifact (a model of any resolution: dynamic height and width)
+    with ServingGraph(model, include_preprocessing, scores=scores, image_size=graph_size) as graph:
         if graph.source_policy != "float32":
             print(f"the model was trained under the dtype policy {graph.source_policy!r}: exporting and verifying "
                   "the float32 computation of its weights", flush=True)
         report = _export_verified(graph, batch_size, output_dir, planned, calibration_data, labels, int8_io_type, opset,
-                                  overwrite, measure_latency, mediapipe)
+                                  overwrite, measure_latency, mediapipe, tflite_dynamic_size=size == "dynamic")
+    if resized_from is not None:
+        report["resized_from"] = list(resized_from)
     report["export_time_s"] = round(time.perf_counter() - started, 1)
     if profile:
         from export.profile import tflite_profile
@@ -278,8 +307,19 @@ def export_all(
     return report
 
 
+def _at_size(model, size):
+    """`(model, None)`, or for a fixed-size model and another `size` `(keras_vit.resize(model, size), its old size)`."""
+    if size is None or size == "dynamic" or is_dynamic(model) or tuple(size) == model_image_shape(model)[:2]:
+        return model, None
+    from keras_vit.resize import resize
+
+    old = model_image_shape(model)
+    print(f"resizing {model.name!r} from {old[0]}x{old[1]} to {size[0]}x{size[1]} (keras_vit.resize)", flush=True)
+    return resize(model, (*size, old[2])), old[:2]
+
+
 def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_data, labels, int8_io_type, opset, overwrite,
-                     measure_latency, mediapipe=True):
+                     measure_latency, mediapipe=True, tflite_dynamic_size=False):
     """Converts every planned artifact from `graph`, verifies them, moves the good ones, writes labels and report."""
     from export.onnx import export_onnx
     from export.saved_model import export_saved_model
@@ -294,8 +334,8 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
     stage = tempfile.mkdtemp(dir=output_dir, prefix=".tmp-export-")
     tflite_graph, owned = graph, False
     try:
-        if any(fmt == "tflite" for fmt, _ in planned):  # one graph of the TFLite batch for every TFLite mode
-            tflite_graph, owned = prepare(graph, include_preprocessing, tflite_batch_size)
+        if any(fmt == "tflite" for fmt, _ in planned):  # one graph of the TFLite batch (and size) for every TFLite mode
+            tflite_graph, owned = prepare(graph, include_preprocessing, tflite_batch_size, dynamic_size=tflite_dynamic_size)
         artifacts, errors = [], []
         for fmt, q in planned:
             name = artifact_file(fmt, q)
@@ -318,6 +358,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
                         include_preprocessing=include_preprocessing,
                         batch_size=tflite_batch_size,
                         verify=False,
+                        image_size="dynamic" if tflite_graph.dynamic_size else None,
                     )
             except RuntimeError as e:  # a converter failed or wrote something broken: the first line says why
                 cause, _, details = str(e).partition("\n")
@@ -325,11 +366,15 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
                 errors.append({"name": name, "format": fmt, "quantization": q, "passed": False, "path": None,
                                "failures": [cause], "details": details[:4000]})
                 continue
-            artifacts.append(Artifact(name, fmt, staged_path, q, include_preprocessing, graph.scores))
+            dynamic = (tflite_graph if fmt == "tflite" else graph).dynamic_size
+            artifacts.append(Artifact(name, fmt, staged_path, q, include_preprocessing, graph.scores, dynamic))
 
-        print(f"verifying {len(artifacts)} artifacts on {len(eval_images)} images ...", flush=True)
+        # a dynamic-size artifact is checked at the graph's other size too, on the same images resized
+        other_sizes = [(resized_images(eval_images, shape[:2]), eval_labels) for shape in graph.check_shapes[1:]]
+        sizes = " and ".join("x".join(map(str, shape[:2])) for shape in graph.check_shapes)
+        print(f"verifying {len(artifacts)} artifacts on {len(eval_images)} images ({sizes}) ...", flush=True)
         results = verify(graph, artifacts, eval_images, eval_labels, raise_on_failure=False, measure_latency=measure_latency,
-                         mediapipe=mediapipe)
+                         mediapipe=mediapipe, other_sizes=other_sizes)
         for row in results + errors:
             final = os.path.join(output_dir, row["name"])
             if row["passed"]:
@@ -342,6 +387,9 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             "dtype_policy": graph.source_policy,
             "exported_computation": "float32",
             "input_shape": list(graph.image_shape),
+            "dynamic_size": graph.dynamic_size,
+            "verification_sizes": [list(shape[:2]) for shape in graph.check_shapes],
+            "tflite_image_size": "dynamic" if tflite_dynamic_size else list(graph.image_shape[:2]),
             "classes": graph.classes,
             "include_preprocessing": include_preprocessing,
             "tflite_batch_size": tflite_batch_size,

@@ -17,7 +17,9 @@ def export_saved_model(model, path, include_preprocessing=False, overwrite=False
     a model trained under a mixed or low-precision dtype policy is exported
     as its float32 twin). The `serving_default` (and `serve`) signature takes
     `images`, float32 `(batch, height, width, channels)` with a dynamic
-    batch, and returns `{"predictions": float32 (batch, classes)}`. Reload
+    batch (and, for a model of any resolution, a dynamic height and width:
+    verified at two sizes, `ServingGraph.check_shapes`), and returns
+    `{"predictions": float32 (batch, classes)}`. Reload
     with `tf.saved_model.load(path).signatures["serving_default"]` or
     `keras.layers.TFSMLayer(path, call_endpoint="serving_default")`.
 
@@ -44,8 +46,8 @@ def export_saved_model(model, path, include_preprocessing=False, overwrite=False
 
     Raises:
         FileExistsError: `path` exists and `overwrite` is False.
-        ValueError: the model has no single fully known image input, or is
-            Keras-quantised.
+        ValueError: the model has no single image input of known channels,
+            or is Keras-quantised.
         export.verify.VerificationError: the outputs are NaN/Inf or outside
             the float32 tolerance; nothing is left at `path`.
     """
@@ -56,7 +58,8 @@ def export_saved_model(model, path, include_preprocessing=False, overwrite=False
         with _files.staged(path, overwrite, directory=True) as tmp:
             shutil.copytree(graph.saved_model_dir(), tmp)
             if verify:
-                check_artifact(graph, Artifact(path, "saved_model", tmp, "float32", include_preprocessing), check_images)
+                artifact = Artifact(path, "saved_model", tmp, "float32", include_preprocessing, dynamic_size=graph.dynamic_size)
+                check_artifact(graph, artifact, check_images)
     finally:
         if owned:
             graph.close()

@@ -49,6 +49,148 @@ def image_shape(model):
     return tuple(int(d) for d in shape[1:])
 
 
+def model_image_shape(model):
+    """Returns (height, width, channels) of a model's image input; height and width None where any size is taken.
+
+    A keras_vit model built with `input_shape=(None, None, C)` (issue 13)
+    takes any height and width that are multiples of its `cell_size`.
+
+    Raises:
+        ValueError: the model does not take one 4-D image input of known
+            channels.
+    """
+    shape = model.input_shape
+    if isinstance(shape, list) or len(shape) != 4 or shape[3] is None:
+        raise ValueError(
+            "Export needs a model with one image input of shape (batch, height, width, channels), channels "
+            f"known. Received: a model with input_shape={shape}"
+        )
+    return tuple(None if d is None else int(d) for d in shape[1:])
+
+
+def is_dynamic(model):
+    """True if the model takes images of any height or width (`input_shape=(None, None, C)`)."""
+    return None in model_image_shape(model)[:2]
+
+
+def cell_size(model):
+    """The pixels per patch side: `patch_size`, times the hybrid ResNet's output stride; sizes must be multiples of it.
+
+    Read from the model's `ImageSizeCheck` layer (models of any resolution)
+    or from its `Patches` layer and input size (fixed-size models).
+
+    Raises:
+        ValueError: the model has no keras_vit `Patches` layer.
+    """
+    from keras_vit.layers import ImageSizeCheck, Patches
+
+    layers = _all_layers(model)
+    for layer in layers:
+        if isinstance(layer, ImageSizeCheck):
+            return layer.patch_size * layer.stride
+    patches = [layer for layer in layers if isinstance(layer, Patches)]
+    if not patches:
+        raise ValueError(f"the model {model.name!r} has no keras_vit Patches layer: not a keras_vit ViT")
+    height, grid_height = model_image_shape(model)[0], patches[0].input.shape[1]
+    stride = height // grid_height if height and grid_height else 1
+    return patches[0].patch_size * stride
+
+
+def default_image_size(model):
+    """The (height, width) a model's fixed-size artifacts take when no `image_size` is given.
+
+    A fixed-size model: its input size. A model of any resolution: its
+    position-embedding table's patch grid times `cell_size` (the size it was
+    built for, `keras_vit.weights.loader.describe(model)["grid"]`; 224 px for
+    a table of the default grid); a known height or width is kept.
+    """
+    from keras_vit.layers import PatchEncoder
+
+    height, width, _ = model_image_shape(model)
+    if height is not None and width is not None:
+        return height, width
+    encoders = [layer for layer in _all_layers(model) if isinstance(layer, PatchEncoder)]
+    if not encoders or encoders[0].grid_size is None:
+        raise ValueError(f"the model {model.name!r} takes any image size but has no PatchEncoder with a table grid")
+    cell = cell_size(model)
+    rows, cols = encoders[0].grid_size
+    return (height or rows * cell), (width or cols * cell)
+
+
+def parse_image_size(value, model, argument="image_size"):
+    """Checks an export resolution against a model: None, "dynamic", or (height, width) in pixels.
+
+    Args:
+        value: None (the model's own size, `default_image_size`); an int
+            or "S" (square); "H,W" or (H, W); or "dynamic" (.tflite files
+            keep a dynamic height and width: a model of any resolution only,
+            float32, float16 and dynamic_int8, see
+            `export.tflite.DYNAMIC_SIZE_QUANTIZATIONS`).
+        model: the Keras model (its `cell_size` and input shape).
+        argument: the name used in messages ("image_size" or
+            "--image-size").
+
+    Returns:
+        None, "dynamic" or a `(height, width)` tuple of ints.
+
+    Raises:
+        ValueError: a bad format, a size that is not a positive multiple of
+            `cell_size` (the patch size, times the hybrid's stride), "dynamic"
+            for a fixed-size model, or a size that changes an axis the model
+            fixed; names `argument`, the value and the patch size.
+    """
+    if value is None:
+        return None
+    cell = cell_size(model)
+    need = f"patch_size {cell}" if cell == _patch_size(model) else f"patch_size {_patch_size(model)} x the ResNet's stride = {cell}"
+    if isinstance(value, str) and value.strip().lower() == "dynamic":
+        if not is_dynamic(model):
+            raise ValueError(f"{argument}=dynamic needs a model of any resolution (built with input_shape=(None, None, C)); "
+                             f"this model's input is fixed at {model_image_shape(model)}. Received: {argument}={value!r}")
+        return "dynamic"
+    items = value.replace("x", ",").split(",") if isinstance(value, str) else (
+        [value] if not isinstance(value, (tuple, list)) else list(value))
+    try:
+        sizes = [int(v.strip()) if isinstance(v, str) else v for v in items]
+    except ValueError:
+        sizes = None
+    if (sizes is None or len(sizes) not in (1, 2)
+            or not all(isinstance(s, int) and not isinstance(s, bool) for s in sizes)):
+        raise ValueError(f"{argument} must be H or H,W: one or two ints, multiples of the model's {need}, "
+                         f"or 'dynamic'. Received: {argument}={value!r}")
+    height, width = sizes * 2 if len(sizes) == 1 else sizes
+    if any(s < cell or s % cell for s in (height, width)):
+        raise ValueError(f"{argument} must be positive multiples of the model's {need} (e.g. {cell * 4}). "
+                         f"Received: {argument}={value!r}")
+    own = model_image_shape(model)[:2]
+    if is_dynamic(model) and any(o is not None and o != s for o, s in zip(own, (height, width))):
+        raise ValueError(f"the model fixes its input at {own} (None: any size); {argument} cannot change a fixed "
+                         f"axis. Received: {argument}={value!r}")
+    return height, width
+
+
+def _patch_size(model):
+    from keras_vit.layers import Patches
+
+    return next(layer.patch_size for layer in _all_layers(model) if isinstance(layer, Patches))
+
+
+def other_image_size(model, image_size):
+    """The second size a dynamic-size artifact is verified at, besides `image_size` (height, width).
+
+    The table's own size (`default_image_size`) when `image_size` is
+    another; else one patch row and two patch columns more on the axes the
+    model leaves free (a rectangular size, so that height and width are each
+    checked).
+    """
+    own = default_image_size(model)
+    if tuple(own) != tuple(image_size):
+        return tuple(own)
+    cell = cell_size(model)
+    height, width, _ = model_image_shape(model)
+    return (image_size[0] + (cell if height is None else 0), image_size[1] + (2 * cell if width is None else 0))
+
+
 def _all_layers(model):
     """Every layer of a model, nested models and sublayers included."""
     return [layer for layer in model._flatten_layers(include_self=False, recursive=True)]
@@ -213,7 +355,7 @@ def softmax(logits):
     return (e / e.sum(axis=-1, keepdims=True)).astype("float32")
 
 
-def serving_function(model, include_preprocessing=False, batch_size=None, add_softmax=False):
+def serving_function(model, include_preprocessing=False, batch_size=None, add_softmax=False, shape=None):
     """Returns a `tf.function` images -> {"predictions": outputs} and its input signature.
 
     Args:
@@ -225,10 +367,13 @@ def serving_function(model, include_preprocessing=False, batch_size=None, add_so
             partitions).
         add_softmax: bool; True: the outputs are softmax(model outputs) over
             the class axis (see `score_kind`).
+        shape: None (the model's fixed input size) or (height, width,
+            channels) of the signature, height and width None for a dynamic
+            size (a model of any resolution).
     """
     import tensorflow as tf
 
-    spec = tf.TensorSpec((batch_size, *image_shape(model)), tf.float32, name=INPUT_NAME)
+    spec = tf.TensorSpec((batch_size, *(shape or image_shape(model))), tf.float32, name=INPUT_NAME)
 
     @tf.function(input_signature=[spec])
     def serve(images):
@@ -252,7 +397,15 @@ class ServingGraph:
         model: its float32 twin (`float32_twin`), what artifacts compute
             and are verified against.
         source_policy: the dtype policy `source` was built under.
-        image_shape: (height, width, channels).
+        image_shape: (height, width, channels): the input size, or for a
+            model of any resolution the export size (`image_size`, default
+            `default_image_size`): the size of fixed-size files, calibration
+            and the first verification.
+        dynamic_size: bool; True: the signature leaves the height and width
+            the model takes at any size unknown, `(batch, None, None, C)`.
+        check_shapes: the (height, width, channels) sizes artifacts of this
+            graph are verified at: `image_shape`, and with `dynamic_size`
+            also `other_image_size`.
         classes: the output width.
         include_preprocessing: bool; True: inputs are raw pixels in [0, 255].
         batch_size: None (dynamic batch) or 1.
@@ -263,14 +416,35 @@ class ServingGraph:
 
     Use it as a context manager, or call `close()`, to delete its SavedModel.
 
+    Args (beyond the attributes'): image_size: None or (height, width),
+    the export size of a model of any resolution (see `parse_image_size`;
+    a fixed-size model must be resized first, `keras_vit.resize`);
+    dynamic_size: bool, default True: a model of any resolution keeps a
+    dynamic height and width in the signature (SavedModel, ONNX); False
+    fixes them at `image_size` (the TFLite files).
+
     Raises:
-        ValueError: the model has no single fully known image input, holds
-            Keras-quantised layers, or its head cannot give `scores`.
+        ValueError: the model has no single image input of known channels,
+            holds Keras-quantised layers, or its head cannot give `scores`;
+            an `image_size` other than a fixed-size model's own.
     """
 
-    def __init__(self, model, include_preprocessing=False, batch_size=None, scores="probabilities"):
+    def __init__(self, model, include_preprocessing=False, batch_size=None, scores="probabilities", image_size=None,
+                 dynamic_size=True):
         self._work = None  # first: `__del__` runs even when a check below raises
-        self.image_shape = image_shape(model)
+        size = parse_image_size(image_size, model) if image_size is not None else default_image_size(model)
+        if size == "dynamic":
+            raise ValueError("ServingGraph takes image_size=(height, width); ask for dynamic .tflite files with "
+                             "dynamic_size=True")
+        if not is_dynamic(model) and tuple(size) != model_image_shape(model)[:2]:
+            raise ValueError(f"the model's input is fixed at {model_image_shape(model)[:2]}; resize it first "
+                             f"(keras_vit.resize). Received: image_size={image_size!r}")
+        shape = model_image_shape(model)
+        self.image_shape = (*size, shape[2])
+        self.dynamic_size = bool(dynamic_size) and is_dynamic(model)
+        self.check_shapes = [self.image_shape]
+        if self.dynamic_size:
+            self.check_shapes.append((*other_image_size(model, size), shape[2]))
         self.source = model
         self.source_policy = dtype_policy_name(model)
         self.model = float32_twin(model)
@@ -279,7 +453,8 @@ class ServingGraph:
         self.batch_size = batch_size
         self.scores = scores
         self.score_kind, self.add_softmax = score_kind(self.model, scores)
-        self.function, self.input_spec = serving_function(self.model, include_preprocessing, batch_size, self.add_softmax)
+        self.function, self.input_spec = serving_function(
+            self.model, include_preprocessing, batch_size, self.add_softmax, shape if self.dynamic_size else self.image_shape)
 
     def saved_model_dir(self):
         """The SavedModel of the serving function (Keras' `ExportArchive`), written on first use.
@@ -330,25 +505,30 @@ class ServingGraph:
         self.close()
 
 
-def prepare(model, include_preprocessing=False, batch_size=None, scores=None):
+def prepare(model, include_preprocessing=False, batch_size=None, scores=None, image_size=None, dynamic_size=None):
     """Returns `(graph, owned)`: a `ServingGraph` for these settings, and whether the caller must close it.
 
     `model` may be a Keras model or a `ServingGraph` (reused when its
     settings match, else rebuilt from its float32 model). `scores` None: the
-    graph's own, or "probabilities" for a Keras model.
+    graph's own, or "probabilities" for a Keras model. `image_size` None
+    and `dynamic_size` None: the graph's own (a Keras model of any
+    resolution: its `default_image_size`, dynamic); see `ServingGraph`.
 
     Raises:
         ValueError: see `ServingGraph`.
     """
     if isinstance(model, ServingGraph):
         scores = scores or model.scores
+        size = tuple(image_size or model.image_shape[:2])
+        dynamic = model.dynamic_size if dynamic_size is None else bool(dynamic_size) and is_dynamic(model.model)
         if (model.include_preprocessing == bool(include_preprocessing) and model.batch_size == batch_size
-                and model.scores == scores):
+                and model.scores == scores and tuple(model.image_shape[:2]) == size and model.dynamic_size == dynamic):
             return model, False
-        graph = ServingGraph(model.model, include_preprocessing, batch_size, scores)
+        graph = ServingGraph(model.model, include_preprocessing, batch_size, scores, size, dynamic)
         graph.source, graph.source_policy = model.source, model.source_policy
         return graph, True
-    return ServingGraph(model, include_preprocessing, batch_size, scores or "probabilities"), True
+    dynamic = True if dynamic_size is None else dynamic_size
+    return ServingGraph(model, include_preprocessing, batch_size, scores or "probabilities", image_size, dynamic), True
 
 
 def contains_layer(model, cls):
@@ -381,5 +561,5 @@ def load_vit(path):
         raise ValueError(f"{path!r} is not a loadable Keras model file ({type(e).__name__}: {str(e)[:200]})") from None
     if not contains_layer(model, PatchEncoder):
         raise ValueError(f"{path!r} holds a Keras model without keras_vit's PatchEncoder: not a keras_vit ViT")
-    image_shape(model)
+    model_image_shape(model)
     return model

@@ -10,7 +10,7 @@ import numpy as np
 from keras_vit import _files
 from export.litert_quantization import CALIBRATED as _LITERT_CALIBRATED
 from export.litert_quantization import LITERT_QUANTIZATIONS, missing_package
-from export.signature import prepare
+from export.signature import ServingGraph, parse_image_size, prepare
 from export.verify import Artifact, check_artifact, verification_images
 
 # TensorFlow's converter makes the first four (and `keras-vit-export` makes them by default); LiteRT Quantizer
@@ -26,6 +26,27 @@ IO_TYPES = ("float32", "int8", "uint8")
 # not yet supported for op: 'NEG'"); "int16x8" is now made by LiteRT Quantizer. "16x8" is TensorFlow's name for it.
 REFUSED = {"16x8": "the mode is called 'int16x8' here (int8 weights, int16 activations, made by LiteRT Quantizer)"}
 DEFAULT_CALIBRATION_STEPS = 200
+# Modes that make a .tflite file of dynamic height and width (`image_size="dynamic"`, a model of any resolution), and
+# why the others are refused. Measured on the tests' tiny ViT (TF 2.21, LiteRT 2.3): float32, float16 and dynamic_int8
+# files converted from a (batch, None, None, C) signature run after `resize_tensor_input` at 16 and 24 px and match
+# Keras within their bars; the int8 converter leaves 4 float CASTs and 4 QUANTIZE ops on the run-time resampling of
+# the position table (shape arithmetic in float), so the file is not integer-only (docs/traps.md).
+DYNAMIC_SIZE_QUANTIZATIONS = ("float32", "float16", "dynamic_int8")
+DYNAMIC_SIZE_REFUSED = {
+    "int8": "TensorFlow 2.21's int8 converter leaves float CAST and QUANTIZE ops on the run-time resampling of the "
+            "position embeddings (not integer-only)",
+}
+
+
+def check_dynamic_size_quantization(quantization):
+    """Raises ValueError, with the measured reason, unless `quantization` makes a dynamic-size .tflite file."""
+    if quantization not in DYNAMIC_SIZE_QUANTIZATIONS:
+        reason = DYNAMIC_SIZE_REFUSED.get(quantization, "not measured on a file of dynamic height and width")
+        raise ValueError(
+            f"quantization={quantization!r} with image_size='dynamic' is refused: {reason}. Dynamic-size .tflite "
+            f"files are made in {', '.join(DYNAMIC_SIZE_QUANTIZATIONS)}; export {quantization!r} at a fixed "
+            "image_size (--image-size H,W)"
+        )
 
 
 def check_quantization(quantization, io_type="float32"):
@@ -147,6 +168,7 @@ def export_tflite(
     verify=True,
     verification_data=None,
     scores=None,
+    image_size=None,
 ):
     """Converts `model` to a `.tflite` file with builtin ops only, verified before it lands.
 
@@ -168,6 +190,15 @@ def export_tflite(
     calibration images for "int8", else a seeded batch of noise) with the
     tolerances of `export.verify.TOLERANCES`; only a file that passes is
     moved to `path`.
+
+    A model of any resolution (`input_shape=(None, None, C)`) gives a file
+    of fixed size: `image_size`, by default its position table's grid times
+    the patch size (`export.signature.default_image_size`). With
+    `image_size="dynamic"` the file keeps a dynamic height and width (the
+    input reads `(1, 1, 1, C)`; `resize_tensor_input` to any multiple of the
+    patch size, then `allocate_tensors`); it is verified at two sizes, and
+    made in `DYNAMIC_SIZE_QUANTIZATIONS` only (int8 is refused: it is not
+    integer-only, see `DYNAMIC_SIZE_REFUSED`).
 
     Quantisation modes (TensorFlow's post-training quantisation):
         "float32": no quantisation.
@@ -208,12 +239,18 @@ def export_tflite(
         scores: None (default: "probabilities", or the graph's own when
             `model` is a `ServingGraph`), "probabilities" (a softmax in the
             graph when the head has no activation) or "logits".
+        image_size: None, (height, width) in pixels (a model of any
+            resolution, or a fixed-size model's own size) or "dynamic"; see
+            above and `export.signature.parse_image_size`.
 
     Returns:
         `path`.
 
     Raises:
-        ValueError: unknown or refused quantization or io_type; "int8" or
+        ValueError: a bad `image_size` (not a multiple of the patch size, a
+            fixed-size model's other size, "dynamic" for a fixed-size model
+            or with a mode outside `DYNAMIC_SIZE_QUANTIZATIONS`);
+            unknown or refused quantization or io_type; "int8" or
             "int16x8" without, or with empty, representative data; a
             LiteRT Quantizer mode without `litert-quantizer` installed; a
             model Keras quantised itself.
@@ -228,7 +265,11 @@ def export_tflite(
     check_quantization(quantization, io_type)
     if batch_size not in (None, 1):
         raise ValueError(f"`batch_size` must be None (dynamic) or 1. Received: batch_size={batch_size!r}")
-    graph, owned = prepare(model, include_preprocessing, batch_size, scores)
+    size = parse_image_size(image_size, model.model if isinstance(model, ServingGraph) else model)
+    if size == "dynamic":
+        check_dynamic_size_quantization(quantization)
+    graph, owned = prepare(model, include_preprocessing, batch_size, scores, image_size=None if size == "dynamic" else size,
+                           dynamic_size=size == "dynamic")
     try:
         samples = None
         if quantization in CALIBRATED:
@@ -245,12 +286,15 @@ def export_tflite(
         if metadata is not None:
             from export.metadata import write_metadata
 
-            content = write_metadata(content, include_preprocessing=include_preprocessing, **metadata)
+            default_size = graph.image_shape[:2] if graph.dynamic_size else None
+            content = write_metadata(content, include_preprocessing=include_preprocessing, default_size=default_size,
+                                     **metadata)
         with _files.staged(path, overwrite) as tmp:
             with open(tmp, "wb") as f:
                 f.write(content)
             if verify:
-                artifact = Artifact(os.path.basename(path), "tflite", tmp, quantization, include_preprocessing)
+                artifact = Artifact(os.path.basename(path), "tflite", tmp, quantization, include_preprocessing,
+                                    dynamic_size=graph.dynamic_size)
                 check_artifact(graph, artifact, check_images)
     finally:
         if owned:

@@ -63,6 +63,7 @@ class Artifact:
     quantization: str = "float32"
     include_preprocessing: bool = False
     scores: str = None  # "probabilities" or "logits"; None: the serving graph's (probabilities for a Keras model)
+    dynamic_size: bool = False  # takes any height and width: `verify` checks it at every size of `other_sizes` too
 
 
 class VerificationError(RuntimeError):
@@ -265,7 +266,8 @@ def reference_outputs(model, images, scores=None):
     return softmax(outputs) if score_kind(twin, scores or "probabilities")[1] else outputs
 
 
-def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure_latency=True, mediapipe=True):
+def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure_latency=True, mediapipe=True,
+           other_sizes=()):
     """Verifies each artifact against the Keras model on the same images.
 
     The reference is the model's float32 twin (`export.signature.float32_twin`):
@@ -286,13 +288,22 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
             images, as uint8 frames, with MediaPipe Tasks' `ImageClassifier`
             (`export.mediapipe_check.figures`: mediapipe_top1_agreement,
             mediapipe_accuracy, or why it was skipped / is not supported).
-            Reported, not a tolerance.
+            Reported, not a tolerance. Not run on a .tflite file of dynamic
+            height and width, which MediaPipe 1.2.3 fails to invoke
+            (docs/traps.md): `mediapipe_unsupported` says so.
+        other_sizes: a list of `(images, labels)` at other sizes (`labels`
+            may be None) for artifacts with `dynamic_size` (a model of any
+            resolution): each is verified at every size against the model
+            at that size, with the same tolerance.
 
     Returns:
         A list of dicts, one per artifact: name, format, quantization,
-        scores, path, size_mb, the `compare` figures, latency_ms_batch1,
-        tolerance, passed, failures, and for .tflite files with `mediapipe`
-        the MediaPipe figures.
+        scores, path, size_mb, the `compare` figures (at the size of
+        `images`), latency_ms_batch1, tolerance, passed, failures,
+        `verified_sizes` (the [height, width] sizes checked), for a
+        dynamic-size artifact `at_sizes` ({"HxW": the `compare` figures at
+        each other size}; a failure there is prefixed "at HxW:"), and for
+        .tflite files with `mediapipe` the MediaPipe figures.
 
     Raises:
         VerificationError: with `raise_on_failure`, when any artifact fails a
@@ -320,7 +331,15 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
             outputs = run_artifact(artifact, inputs)
             row.update(compare(reference, outputs, labels))
             row["failures"] = failures(row, artifact.quantization)
-            if mediapipe and artifact.format == "tflite":
+            row["verified_sizes"] = [list(images.shape[1:3])]
+            if artifact.dynamic_size and other_sizes:
+                _verify_other_sizes(model, artifact, other_sizes, row)
+            if mediapipe and artifact.format == "tflite" and artifact.dynamic_size:
+                # measured: MediaPipe 1.2.3's ImageClassifier fails on such a file ("interpreter_->Invoke() ==
+                # kTfLiteOk (1 vs. 0)"), and it would resize frames to the unresized tensor's (1, 1) size
+                row["mediapipe_unsupported"] = ("not run: the file's height and width are dynamic; MediaPipe 1.2.3 "
+                                                "fails to invoke it. Export a fixed --image-size for MediaPipe")
+            elif mediapipe and artifact.format == "tflite":
                 from export.mediapipe_check import figures as mediapipe_figures
 
                 row.update(mediapipe_figures(artifact.path, images, reference, labels, row["scores"]))
@@ -334,6 +353,28 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
     if failed and raise_on_failure:
         raise VerificationError("verification failed for " + " | ".join(failed))
     return results
+
+
+def _verify_other_sizes(model, artifact, other_sizes, row):
+    """Runs a dynamic-size artifact at each other size against the model at that size; adds `at_sizes` and failures."""
+    row["at_sizes"] = {}
+    for images, labels in other_sizes:
+        images = np.asarray(images, dtype="float32")
+        size = f"{images.shape[1]}x{images.shape[2]}"
+        inputs = (images + 1.0) * 127.5 if artifact.include_preprocessing else images
+        figures = compare(reference_outputs(model, images, artifact.scores), run_artifact(artifact, inputs), labels)
+        row["at_sizes"][size] = figures
+        row["failures"] += [f"at {size}: {failure}" for failure in failures(figures, artifact.quantization)]
+        row["verified_sizes"].append(list(images.shape[1:3]))
+
+
+def resized_images(images, size):
+    """Images resized to (height, width): bilinear with half-pixel centres and antialiasing, float32, values kept
+    in their range. What a dynamic-size artifact is verified on at its other size."""
+    import tensorflow as tf
+
+    out = tf.image.resize(np.asarray(images, "float32"), size, method="bilinear", antialias=True)
+    return np.clip(out.numpy(), float(np.min(images)), float(np.max(images))).astype("float32")
 
 
 def decision_failure(row):
@@ -398,11 +439,20 @@ def check_artifact(graph, artifact, images=None, labels=None):
     Raises:
         VerificationError: the artifact fails its tolerance; names the figure
             and, for quantised decisions on noise, how to check on real images.
+
+    Artifacts of a dynamic-size graph (`graph.dynamic_size`, a model of any
+    resolution) are also checked at its other size (`graph.check_shapes`):
+    on seeded noise of that size, or on `images` resized to it.
     """
     noise = images is None
     if noise:
         images = seeded_images(graph.image_shape)
-    row = verify(graph, [artifact], images, labels, raise_on_failure=False, measure_latency=False, mediapipe=False)[0]
+    other = []
+    if artifact.dynamic_size:
+        other = [(seeded_images(shape) if noise else resized_images(images, shape[:2]), None if noise else labels)
+                 for shape in getattr(graph, "check_shapes", [])[1:]]
+    row = verify(graph, [artifact], images, labels, raise_on_failure=False, measure_latency=False, mediapipe=False,
+                 other_sizes=other)[0]
     if not row["passed"]:
         hint = f" ({NOISE_HINT.format(argument='verification_data=...')})" if noise and decision_failure(row) else ""
         raise VerificationError(f"{artifact.name}: {'; '.join(row['failures'])}{hint}")
