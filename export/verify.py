@@ -433,16 +433,16 @@ def check_artifact(graph, artifact, images=None, labels=None):
         images: float32 `(n, h, w, c)` in [-1, 1], or None for
             `seeded_images` (noise).
 
+    Artifacts of a dynamic-size graph (`graph.dynamic_size`, a model of any
+    resolution) are also checked at its other size (`graph.check_shapes`):
+    on seeded noise of that size, or on `images` resized to it.
+
     Returns:
         The verification row (see `verify`).
 
     Raises:
         VerificationError: the artifact fails its tolerance; names the figure
             and, for quantised decisions on noise, how to check on real images.
-
-    Artifacts of a dynamic-size graph (`graph.dynamic_size`, a model of any
-    resolution) are also checked at its other size (`graph.check_shapes`):
-    on seeded noise of that size, or on `images` resized to it.
     """
     noise = images is None
     if noise:

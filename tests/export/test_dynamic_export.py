@@ -71,6 +71,14 @@ def _op_names(path):
     return {op["op_name"] for op in Interpreter(model_path=str(path))._get_ops_details()}
 
 
+def _default_size(path):
+    """The input's `ImageProperties.default_size` in the file's metadata, and its description."""
+    from export.metadata import read_metadata
+
+    tensor = read_metadata(str(path))["metadata"]["subgraph_metadata"][0]["input_tensor_metadata"][0]
+    return tensor["content"]["content_properties"]["default_size"], tensor["description"]
+
+
 def _rows(report):
     return {row["name"]: row for row in report["artifacts"]}
 
@@ -131,6 +139,7 @@ def test_dynamic_model_tflite_files_at_the_table_size_and_at_image_size(dynamic_
             details = Interpreter(model_path=str(out / name)).get_input_details()[0]
             assert list(details["shape"]) == [1, *shape] and list(details["shape_signature"]) == [1, *shape]
             assert not {op for op in _op_names(out / name) if op.startswith("Flex") or op == "CUSTOM"}
+            assert _default_size(out / name)[0] == {"height": shape[0], "width": shape[1]}
             # MediaPipe runs the fixed-size files, as it does any keras_vit .tflite file
             assert rows[name].get("mediapipe_top1_agreement", 1.0) >= 0.95 or "mediapipe_skipped" in rows[name]
         np.testing.assert_allclose(_run_tflite(out / "model_float32.tflite", images), expected, atol=1e-5)
@@ -154,6 +163,9 @@ def test_dynamic_size_tflite_file_resizes_and_is_verified_at_two_sizes(dynamic_v
 
     assert list(Interpreter(model_path=str(path)).get_input_details()[0]["shape_signature"]) == [1, -1, -1, 3]
     assert not {op for op in _op_names(path) if op.startswith("Flex") or op == "CUSTOM"}
+    # the metadata's default size is the table's 16 x 16, not the unresized tensor's 1 x 1
+    size, description = _default_size(path)
+    assert size == {"height": 16, "width": 16} and "any height and width" in description
     for shape in ((16, 16, 3), (20, 24, 3), (32, 8, 3)):
         images = _images(shape, n=3)
         np.testing.assert_allclose(_run_tflite(path, images, resize=True), _keras_probabilities(dynamic_vit, images),
@@ -225,3 +237,33 @@ def test_each_position_embedding_kind_exports_verified(kind, tmp_path):
     np.testing.assert_allclose(_run_tflite(out / "model_float32.tflite", images), expected, atol=1e-5)
     session = onnxruntime.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(session.run(["predictions"], {"images": images})[0], expected, atol=1e-5)
+
+
+def test_export_functions_of_a_dynamic_model_check_the_second_size(dynamic_vit, tmp_path, monkeypatch):
+    """export_saved_model / export_onnx / export_tflite on a model of any resolution: dynamic SavedModel and ONNX,
+    a 16 x 16 .tflite by default; a file wrong only at the second size (20 x 24) is refused and nothing lands."""
+    import importlib
+
+    import onnx
+    from ai_edge_litert.interpreter import Interpreter
+
+    from export import export_onnx, export_saved_model, export_tflite
+    from export.verify import VerificationError
+
+    export_onnx(dynamic_vit, str(tmp_path / "m.onnx"))
+    dims = onnx.load(str(tmp_path / "m.onnx")).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param != "" for d in dims] == [True, True, True, False]
+    export_tflite(dynamic_vit, str(tmp_path / "m.tflite"))
+    assert list(Interpreter(model_path=str(tmp_path / "m.tflite")).get_input_details()[0]["shape_signature"]) == [1, 16, 16, 3]
+
+    verify_module = importlib.import_module("export.verify")
+    run = verify_module.run_artifact
+
+    def wrong_beyond_16(artifact, images):
+        outputs = run(artifact, images)
+        return outputs if images.shape[1:3] == (16, 16) else outputs[:, ::-1]
+
+    monkeypatch.setattr(verify_module, "run_artifact", wrong_beyond_16)
+    with pytest.raises(VerificationError, match="at 20x24: relative_max_abs_diff"):
+        export_saved_model(dynamic_vit, str(tmp_path / "saved_model"))
+    assert not (tmp_path / "saved_model").exists()
