@@ -267,3 +267,50 @@ def test_export_functions_of_a_dynamic_model_check_the_second_size(dynamic_vit, 
     with pytest.raises(VerificationError, match="at 20x24: relative_max_abs_diff"):
         export_saved_model(dynamic_vit, str(tmp_path / "saved_model"))
     assert not (tmp_path / "saved_model").exists()
+
+
+def test_cli_image_size_on_a_model_of_any_resolution(dynamic_vit, tmp_path):
+    """A .keras file of any resolution: --image-size fixes the .tflite files at 20 x 24; ONNX stays dynamic and is
+    verified at 20 x 24 and at the table's 16 x 16. --image-size 18 names the patch size."""
+    path = tmp_path / "any.keras"
+    dynamic_vit.save(path)
+    out = tmp_path / "export"
+    args = [str(path), "--image-size", "20,24", "--formats", "tflite,onnx", "--quantization", "float32",
+            "--output-dir", str(out), "--no-latency", "--no-mediapipe"]
+    assert cli.main(args) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["input_shape"] == [20, 24, 3] and report["tflite_image_size"] == [20, 24] and report["dynamic_size"]
+    assert "resized_from" not in report
+    rows = _rows(report)
+    assert rows["model.onnx"]["passed"] and rows["model.onnx"]["verified_sizes"] == [[20, 24], [16, 16]]
+    assert rows["model_float32.tflite"]["passed"] and rows["model_float32.tflite"]["verified_sizes"] == [[20, 24]]
+    images = _images((20, 24, 3))
+    np.testing.assert_allclose(_run_tflite(out / "model_float32.tflite", images),
+                               _keras_probabilities(dynamic_vit, images), atol=1e-5)
+
+
+def test_hybrid_of_any_resolution_exports_with_its_stride(tmp_path):
+    """A hybrid (ResNet stride 8, patch 1) of any resolution: sizes are multiples of 8; the table grid 2 x 2 gives
+    16 px files; SavedModel verified at 16 x 16 and 24 x 32; a size of 20 is refused naming the stride."""
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.VisionTransformer(
+        patch_size=1, hidden_size=32, num_layers=1, num_heads=4, mlp_dim=64, resnet_num_layers=(1, 1),
+        input_shape=(None, None, 3), position_embedding_grid=(2, 2), classes=10, classifier_activation=None,
+        name="tiny_hybrid_any")
+    head = model.get_layer("predictions")
+    head.kernel.assign(np.random.default_rng(0).normal(0, 0.5, head.kernel.shape).astype("float32"))
+    with pytest.raises(ValueError, match=r"image_size must be positive multiples of the model's patch_size 1 x the "
+                                         r"ResNet's stride = 8.*Received: image_size='20'"):
+        export_all(model, str(tmp_path / "bad"), image_size="20")
+    out = tmp_path / "export"
+    report = export_all(model, str(out), formats="saved_model,tflite", quantizations="float32", measure_latency=False,
+                        mediapipe=False)
+    rows = _rows(report)
+    assert rows["saved_model"]["passed"] and rows["saved_model"]["verified_sizes"] == [[16, 16], [24, 32]]
+    assert rows["model_float32.tflite"]["passed"] and report["tflite_image_size"] == [16, 16]
+    serve = tf.saved_model.load(str(out / "saved_model")).signatures["serving_default"]
+    images = _images((32, 24, 3))
+    np.testing.assert_allclose(serve(images=tf.constant(images))["predictions"].numpy(),
+                               _keras_probabilities(model, images), atol=1e-5)
