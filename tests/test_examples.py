@@ -99,6 +99,9 @@ def test_position_embedding_ablation_writes_both_tables(tmp_path, capsys):
     import json
 
     module = load("position_embedding_ablation")
+    with pytest.raises(SystemExit):
+        module.main(["--seeds", "0", "--output-dir", str(tmp_path)])
+    assert "--seeds must be >= 1. Received: 0" in capsys.readouterr().err
     hidden = 32
     results = module.main(["--hidden-size", str(hidden), "--num-layers", "1", "--num-heads", "2", "--mlp-dim", "64",
                            "--epochs", "1", "--finetune-epochs", "1", "--steps-per-epoch", "2", "--no-xla",
