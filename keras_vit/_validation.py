@@ -71,3 +71,16 @@ def check_channels_last(where, data_format=None):
             "support the channels_first data format. Call keras.config.set_image_data_format('channels_last') "
             f"and give images of shape (batch, height, width, channels). Received: {received}"
         )
+
+
+def check_grid(name, value):
+    """Returns None or a (rows, cols) tuple of ints >= 1; raises ValueError naming `name` otherwise."""
+    if value is None:
+        return None
+    try:
+        grid = tuple(value)
+    except TypeError:
+        grid = (value,)
+    if len(grid) != 2 or not all(is_int(g) and g >= 1 for g in grid):
+        raise ValueError(f"`{name}` must be None or (rows, cols), two ints >= 1. Received: {name}={value!r}")
+    return int(grid[0]), int(grid[1])

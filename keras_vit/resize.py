@@ -10,7 +10,7 @@ from keras_vit.layers import ImageSizeCheck, PatchEncoder, Patches
 from keras_vit.layers.position_embedding import INTERPOLATIONS
 from keras_vit.models.resnet import output_stride
 from keras_vit.models.vit import _resolve_input_shape
-from keras_vit.weights.loader import resnet_num_layers
+from keras_vit.weights.loader import describe, resnet_num_layers
 from keras_vit.weights.resample import resample_position_embedding
 
 _SIZE_CHECK = "image_size_check"
@@ -92,7 +92,7 @@ def resize(model, input_shape, interpolation=None):
     height, width, _ = _resolve_input_shape(input_shape, None, patches.patch_size, stride)
     dynamic = height is None or width is None
     cell = patches.patch_size * stride
-    old_grid = _table_grid(encoder, patches)
+    old_grid = tuple(describe(model)["grid"])
     new_grid = old_grid if dynamic else (height // cell, width // cell)
     interpolation = interpolation or encoder.interpolation
 
@@ -145,14 +145,6 @@ def _check_model(model):
             f"`.keras` files hold). Received: {what}"
         )
     return patches, encoder
-
-
-def _table_grid(encoder, patches):
-    """The (rows, cols) grid of the encoder's tables (a rank-3 "learned" encoder may leave grid_size None)."""
-    if encoder.grid_size is not None:
-        return tuple(encoder.grid_size)
-    _, height, width, _ = patches.input.shape
-    return height // patches.patch_size, width // patches.patch_size
 
 
 def _consumers(layers, name):

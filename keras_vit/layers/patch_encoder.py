@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit._validation import check_bool, check_choice, check_positive_int, check_rate, is_int
+from keras_vit._validation import check_bool, check_choice, check_grid, check_positive_int, check_rate, is_int
 from keras_vit.layers.position_embedding import (
     INTERPOLATIONS,
     POSITION_EMBEDDINGS,
@@ -134,7 +134,7 @@ class PatchEncoder(keras.layers.Layer):
         self.class_token = class_token
         self.dropout_rate = dropout_rate
         self.position_embedding_kind = position_embedding
-        self.grid_size = _check_grid("grid_size", grid_size)
+        self.grid_size = check_grid("grid_size", grid_size)
         self.interpolation = interpolation
         self.projection = keras.layers.Dense(
             hidden_size, kernel_initializer="lecun_normal", dtype=self.dtype_policy, name="projection"
@@ -274,14 +274,3 @@ class PatchEncoder(keras.layers.Layer):
         )
         return config
 
-
-def _check_grid(name, grid):
-    if grid is None:
-        return None
-    try:
-        grid = tuple(grid)
-    except TypeError:
-        grid = (grid,)
-    if len(grid) != 2 or not all(is_int(g) and g >= 1 for g in grid):
-        raise ValueError(f"`{name}` must be None or (rows, cols), two ints >= 1. Received: {name}={grid!r}")
-    return int(grid[0]), int(grid[1])

@@ -9,6 +9,7 @@ from keras_vit._validation import (
     check_bool,
     check_channels_last,
     check_choice,
+    check_grid,
     check_positive_int,
     check_rate,
     is_int,
@@ -412,17 +413,8 @@ def _size_ok(d):
 
 def _table_grid(position_embedding_grid, input_shape, cell):
     """Returns the (rows, cols) patch grid of the position-embedding tables."""
-    if position_embedding_grid is not None:
-        grid = position_embedding_grid
-        try:
-            grid = tuple(grid)
-        except TypeError:
-            grid = (grid,)
-        if len(grid) != 2 or not all(_known(g) for g in grid):
-            raise ValueError(
-                "`position_embedding_grid` must be None or (rows, cols), two ints >= 1. "
-                f"Received: position_embedding_grid={position_embedding_grid!r}"
-            )
-        return int(grid[0]), int(grid[1])
+    grid = check_grid("position_embedding_grid", position_embedding_grid)
+    if grid is not None:
+        return grid
     default = max(DEFAULT_INPUT_SHAPE[0] // cell, 1)
     return tuple(default if d is None else d // cell for d in input_shape[:2])
