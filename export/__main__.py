@@ -8,13 +8,12 @@ Exit status: 0 when every artifact passed, 1 when one failed verification
 
 import argparse
 import json
-import signal
 import sys
 
 from export.onnx_quantization import ONNX_QUANTIZATIONS
 from export.pipeline import FORMATS
 from export.tflite import DEFAULT_QUANTIZATIONS, QUANTIZATIONS
-from keras_vit import _console
+from keras_vit import _console, _files
 
 
 def build_parser():
@@ -61,12 +60,19 @@ def build_parser():
 
 
 def main(argv=None):
-    """Console entry point; returns 0, or exits 1 (verification failed) or 2 (bad input)."""
+    """Console entry point; returns 0, or exits 1 (verification failed), 2 (bad input) or 143 (SIGTERM).
+
+    A SIGTERM removes the staging folder and every temporary file, and ends the
+    process with status 143 (`keras_vit._files.exit_on_sigterm`).
+    """
+    with _files.exit_on_sigterm():
+        return _main(argv)
+
+
+def _main(argv):
     parser = build_parser()
     args = parser.parse_args(argv)
     _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
-    # SIGTERM unwinds like Ctrl-C, so that the staging folder is removed on the way out.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     from export.pipeline import export_all, format_table, parse_list
     from export.signature import load_vit, parse_image_size
     from export.verify import VerificationError

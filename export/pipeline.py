@@ -331,7 +331,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
     if include_preprocessing:  # the artifacts take raw pixels: calibrate them on raw pixels too
         calibration = (calibration + 1.0) * 127.5
     os.makedirs(output_dir, exist_ok=True)
-    stage = tempfile.mkdtemp(dir=output_dir, prefix=".tmp-export-")
+    stage = _files.track(tempfile.mkdtemp(dir=output_dir, prefix=".tmp-export-"))  # removed by a SIGTERM too
     tflite_graph, owned = graph, False
     try:
         if any(fmt == "tflite" for fmt, _ in planned):  # one graph of the TFLite batch (and size) for every TFLite mode

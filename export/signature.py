@@ -20,9 +20,10 @@ every artifact is verified against.
 
 import os
 import re
-import shutil
 import tempfile
 import zipfile
+
+from keras_vit import _files
 
 INPUT_NAME = "images"
 OUTPUT_NAME = "predictions"
@@ -466,7 +467,7 @@ class ServingGraph:
         import keras
 
         if self._work is None:
-            work = tempfile.mkdtemp(prefix="keras_vit_serving_")
+            work = _files.track(tempfile.mkdtemp(prefix="keras_vit_serving_"))  # removed by a SIGTERM too
             archive = keras.export.ExportArchive()
             archive.track(self.model)
             archive.add_endpoint("serving_default", self.function)
@@ -474,7 +475,7 @@ class ServingGraph:
             try:
                 archive.write_out(os.path.join(work, "saved_model"), verbose=False)
             except BaseException:
-                shutil.rmtree(work, ignore_errors=True)
+                _files.remove(work)
                 raise
             self._work = work
         return os.path.join(self._work, "saved_model")
@@ -492,7 +493,7 @@ class ServingGraph:
     def close(self):
         """Deletes the SavedModel written by `saved_model_dir`."""
         if self._work is not None:
-            shutil.rmtree(self._work, ignore_errors=True)
+            _files.remove(self._work)
             self._work = None
 
     def __enter__(self):

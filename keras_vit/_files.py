@@ -6,7 +6,13 @@ Used by `keras-vit-train` and by the `export` package.
 import contextlib
 import os
 import shutil
+import signal
+import sys
 import tempfile
+import threading
+
+# The temporary paths this process is writing; a SIGTERM removes them before the process exits.
+_LIVE = set()
 
 
 def check_target(path, overwrite):
@@ -39,12 +45,52 @@ def staged(path, overwrite=False, directory=False):
             os.close(fd)
     except OSError as e:
         raise type(e)(e.errno, f"cannot write {path}: {e.strerror}") from None
+    track(tmp)
     try:
         yield tmp
         _default_permissions(tmp)
         promote(tmp, path, overwrite)
     finally:
         remove(tmp)
+
+
+def track(path):
+    """Registers a temporary file or folder for `exit_on_sigterm`'s handler until `remove(path)`; returns `path`."""
+    _LIVE.add(path)
+    return path
+
+
+@contextlib.contextmanager
+def exit_on_sigterm():
+    """While the block runs, a SIGTERM (a job scheduler's kill) removes every temporary path and exits 143.
+
+    The handler removes what `staged` and `track` registered,
+    flushes stdout and stderr and ends the process with `os._exit(128 +
+    signum)`, the shell's status for a killed process. It does not raise
+    SystemExit and unwind: Python runs signal handlers between bytecodes,
+    also inside a `__del__` (TensorFlow has many), where a raised SystemExit
+    is printed as "Exception ignored" and the export went on to finish
+    (docs/traps.md). The previous handler is restored when the block ends.
+    Outside the main thread (where Python allows no handlers) it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        for path in list(_LIVE):
+            with contextlib.suppress(OSError):
+                remove(path)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _default_permissions(path):
@@ -71,8 +117,9 @@ def promote(tmp, path, overwrite=False):
 
 
 def remove(path):
-    """Removes a file or folder if it exists."""
+    """Removes a file or folder if it exists (and forgets it, if `track` registered it)."""
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
     elif os.path.lexists(path):
         os.remove(path)
+    _LIVE.discard(path)

@@ -23,7 +23,6 @@ name. An existing `model.keras` is kept unless `--overwrite` is given.
 import argparse
 import json
 import os
-import signal
 import sys
 import time
 
@@ -343,12 +342,20 @@ def run(args):
 
 
 def main(argv=None):
-    """Console entry point; returns the process exit code (0 ok, 2 bad input)."""
+    """Console entry point; returns the process exit code (0 ok, 2 bad input; 143 after a SIGTERM).
+
+    A SIGTERM removes the temporary files of what was being written and ends
+    the process with status 143 (`keras_vit._files.exit_on_sigterm`); the
+    backup folder stays, and a rerun resumes from it.
+    """
+    with _files.exit_on_sigterm():
+        return _main(argv)
+
+
+def _main(argv):
     parser = build_parser()
     args = parser.parse_args(argv)
     _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
-    # SIGTERM unwinds like Ctrl-C, so that temporary files are removed on the way out.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     import keras
 
     previous_policy = keras.config.dtype_policy()  # --precision sets the global policy; callers get theirs back
