@@ -15,6 +15,12 @@ and writes to `--output-dir`:
 `--strategy` picks a tf.distribute strategy (docs/scaling.md); in a
 multi-worker run only the chief writes these files.
 
+`--init-from MODEL.keras` fine-tunes a saved keras_vit model instead of
+building one (paper Sec. 3.2): with `--image-size` at another resolution
+(`keras_vit.resize`, the position embeddings resampled once), keeping its
+head when its class count is the data's and otherwise putting a
+zero-initialised head on its pooled features.
+
 Each file is written to a temporary name in the same folder and moved into
 place, so an interrupted run never leaves a half-written file under a final
 name. An existing `model.keras` is kept unless `--overwrite` is given.
@@ -40,6 +46,7 @@ DEFAULTS = {
 
 def build_parser():
     """Returns the `argparse.ArgumentParser` of `keras-vit-train`."""
+    from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
     from keras_vit.models.variants import VARIANTS
 
     p = argparse.ArgumentParser(
@@ -60,8 +67,16 @@ def build_parser():
     m.add_argument("--image-size", type=int, default=None, help=f"input height and width (default {DEFAULTS['image_size']}, 224 for variants)")
     for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
         m.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=f"default {DEFAULTS[name]}")
-    m.add_argument("--dropout-rate", type=float, default=0.0)
-    m.add_argument("--stochastic-depth-rate", type=float, default=0.0)
+    m.add_argument("--position-embedding", choices=POSITION_EMBEDDINGS, default=None,
+                   help="position embeddings of the paper's Appendix D.4: learned (default, one 1D table), learned_2d "
+                   "(X and Y tables), sincos_2d (fixed) or none")
+    m.add_argument("--dropout-rate", type=float, default=None, help="default 0")
+    m.add_argument("--stochastic-depth-rate", type=float, default=None, help="default 0")
+    m.add_argument("--init-from", metavar="MODEL.keras", default=None,
+                   help="fine-tune a saved keras_vit model instead of building one (paper Sec. 3.2): --image-size "
+                   "resizes it (keras_vit.resize: position embeddings resampled once; a model of any resolution is "
+                   "kept as it is); its head is kept when its class count is the data's, else replaced by a "
+                   "zero-initialised one (pre_logits dropped). The other model flags must not be given")
 
     t = p.add_argument_group("training")
     t.add_argument("--epochs", type=int, default=100)
@@ -102,8 +117,24 @@ def build_parser():
     return p
 
 
+_ARCHITECTURE_FLAGS = ("variant", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
+                       "position_embedding", "dropout_rate", "stochastic_depth_rate")
+
+
 def _model_config(args):
-    """Returns (builder kwargs, image_size) from the parsed arguments."""
+    """Returns (builder kwargs, image_size) from the parsed arguments (image_size None: the --init-from model's)."""
+    if args.image_size is not None and args.image_size < 1:
+        raise ValueError(f"--image-size must be >= 1 (pixels). Received: {args.image_size}")
+    if args.init_from is not None:
+        given = [k for k in _ARCHITECTURE_FLAGS if getattr(args, k) is not None]
+        if given:
+            raise ValueError(
+                f"--init-from {args.init_from} takes the architecture of the saved model; drop "
+                + ", ".join("--" + k.replace("_", "-") for k in given)
+            )
+        if not os.path.isfile(args.init_from):
+            raise ValueError(f"--init-from {args.init_from!r}: no such file (give a model saved as .keras)")
+        return {}, args.image_size
     explicit = {k: getattr(args, k) for k in DEFAULTS if k != "image_size" and getattr(args, k) is not None}
     if args.variant is not None:
         if explicit:
@@ -217,6 +248,106 @@ def _backed_up_epoch(backup_dir):
         return 0
 
 
+def _load_saved_model(path):
+    """Loads a keras_vit model from a .keras file (uncompiled); ValueError naming the file otherwise."""
+    import keras
+
+    import keras_vit  # noqa: F401 (registers keras_vit's layers and optimizers)
+    from keras_vit.layers import PatchEncoder
+
+    try:
+        model = keras.saving.load_model(path, compile=False)
+    except Exception as e:  # not a zip, not a Keras model, an unknown layer
+        raise ValueError(
+            f"--init-from {path!r} could not be loaded as a Keras model: {type(e).__name__}: {str(e)[:300]}"
+        ) from None
+    encoder = {layer.name: layer for layer in getattr(model, "layers", [])}.get("patch_encoder")
+    if not isinstance(model, keras.Model) or not isinstance(encoder, PatchEncoder):
+        raise ValueError(f"--init-from {path!r} is not a keras_vit Vision Transformer (no 'patch_encoder' layer)")
+    return model
+
+
+def _saved_image_size(model, image_size, path):
+    """The training image size: --image-size, else the saved model's (its table grid's for any resolution)."""
+    from keras_vit.models.resnet import output_stride
+    from keras_vit.weights.loader import resnet_num_layers
+
+    _, height, width, channels = model.input_shape
+    if channels != 3:
+        raise ValueError(f"--init-from {path!r} takes {channels}-channel images; keras-vit-train's data are RGB (3)")
+    stages = resnet_num_layers(model)
+    cell = model.get_layer("patches").patch_size * (output_stride(stages) if stages else 1)
+    if image_size is not None:
+        if image_size % cell:
+            raise ValueError(
+                f"--image-size must be a multiple of {cell} px, the patch size"
+                + (f" ({cell // output_stride(stages)}) x the ResNet's stride ({output_stride(stages)})" if stages else "")
+                + f" of --init-from {path}. Received: {image_size}"
+            )
+        return image_size
+    rows, cols = model.get_layer("patch_encoder").grid_size or (None, None)
+    height = rows * cell if height is None else height
+    width = cols * cell if width is None else width
+    return height if height == width else (height, width)
+
+
+def _fine_tuning_model(model, image_size, classes, precision):
+    """The saved model at `image_size`, in `precision`, with a head of `classes` (paper Sec. 3.2)."""
+    import keras
+
+    import keras_vit
+    from keras_vit.layers import SequencePooling
+
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    shape = tuple(model.input_shape[1:3])
+    encoder = model.get_layer("patch_encoder")
+    if None not in shape and shape != size:
+        model = keras_vit.resize(model, (*size, 3))
+        kind = encoder.position_embedding_kind
+        how = f"resampled once ({encoder.interpolation})" if kind.startswith("learned") else "need no resampling"
+        print(f"--init-from: {model.name} resized from {shape[0]}x{shape[1]} to {size[0]}x{size[1]} px "
+              f"(keras_vit.resize); its {kind} position embeddings {how}")
+    model = _with_policy(model, precision)
+    layers = {layer.name: layer for layer in model.layers}
+    head = layers.get("predictions")
+    if head is not None and getattr(head, "units", None) == classes:
+        return model
+    if "pooling" in layers:
+        features = layers["pooling"].output
+    else:  # a backbone: pool as a classifier of its kind would
+        class_token = layers["patch_encoder"].class_token
+        features = SequencePooling("token" if class_token else "avg", class_token=class_token, name="pooling")(
+            model.outputs[0])
+    activation = None if head is None else head.activation
+    outputs = keras.layers.Dense(
+        classes, kernel_initializer="zeros", activation=activation, dtype="float32", name="predictions"
+    )(features)
+    print(f"--init-from: new zero-initialised head of {classes} classes "
+          + ("(the model had none" if head is None else f"(the saved head has {getattr(head, 'units', '?')}")
+          + ("; pre_logits dropped)" if "pre_logits" in layers else ")"))
+    return keras.Model(model.inputs, outputs, name=model.name)
+
+
+def _with_policy(model, precision):
+    """The model with every layer but the float32 head computing under the `precision` dtype policy."""
+    import keras
+
+    def wanted(name):
+        return "float32" if name == "predictions" else precision
+
+    layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+    if all(layer.dtype_policy.name == wanted(layer.name) for layer in layers):
+        return model
+    config = model.get_config()
+    for layer in config["layers"]:
+        if layer["class_name"] != "InputLayer":
+            layer["config"]["dtype"] = wanted(layer["name"])
+    rebuilt = keras.Model.from_config(config)
+    rebuilt.set_weights(model.get_weights())
+    print(f"--init-from: {model.name} computes under the {precision} dtype policy (--precision)")
+    return rebuilt
+
+
 def run(args):
     """Trains and evaluates as `args` say; returns the metrics dict.
 
@@ -257,6 +388,11 @@ def run(args):
         print(f"--xla {args.xla}: {why}", file=sys.stderr)
     keras.utils.set_random_seed(args.seed)
     keras.mixed_precision.set_global_policy(args.precision)
+    saved = None
+    if args.init_from is not None:
+        with strategy.scope():
+            saved = _load_saved_model(args.init_from)
+        image_size = _saved_image_size(saved, image_size, args.init_from)
     train, val = _load_data(args, image_size, args.batch_size)
     if args.strategy != "default":
         train, val = distribute.shard(train), distribute.shard(val)
@@ -265,15 +401,18 @@ def run(args):
         "input_shape": (image_size, image_size, 3),
         "classes": classes,
         "classifier_activation": None,
-        "dropout_rate": args.dropout_rate,
-        "stochastic_depth_rate": args.stochastic_depth_rate,
+        "dropout_rate": args.dropout_rate or 0.0,
+        "stochastic_depth_rate": args.stochastic_depth_rate or 0.0,
+        "position_embedding": args.position_embedding or "learned",
     }
     steps_per_epoch = int(train.cardinality())
     if steps_per_epoch < 1:
         raise ValueError("the training data set is empty or of unknown size")
     total_steps = args.epochs * steps_per_epoch
     with strategy.scope():  # model, optimizer and metrics live on the strategy's devices
-        if args.variant:
+        if saved is not None:
+            model = _fine_tuning_model(saved, image_size, classes, args.precision)
+        elif args.variant:
             model = getattr(keras_vit, args.variant)(**common)
         else:
             name = "vit_digits" if not (args.image_folder or args.tfds) else "vit"
@@ -330,6 +469,7 @@ def run(args):
         "strategy": args.strategy,
         "replicas": int(strategy.num_replicas_in_sync),
         "class_names": list(train.class_names),
+        "init_from": args.init_from,
     }
     hist = {k: [float(v) for v in vals] for k, vals in history.history.items()}
     if not chief:

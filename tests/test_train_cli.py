@@ -58,7 +58,7 @@ def test_refuses_to_overwrite_without_flag(tmp_path, capsys):
         (["--warmup-epochs", "5"], "--warmup-epochs must be in [0, --epochs=2). Received: 5.0"),
         (["--dropout-rate", "1.5"], "`dropout_rate` must be a float in [0, 1)"),
         (["--variant", "ViTTi16", "--hidden-size", "8"], "--variant ViTTi16 fixes the architecture"),
-        (["--image-size", "0"], "`image_size` must be a positive int or a (height, width) pair. Received: image_size=0"),
+        (["--image-size", "0"], "--image-size must be >= 1 (pixels). Received: 0"),
         (["--image-folder", "/nonexistent/photos"], "`directory` must be an existing folder"),
         (["--precision", "bfloat16"], "argument --precision: invalid choice: 'bfloat16'"),  # mixed_bfloat16 listed
     ],
