@@ -235,13 +235,44 @@ class PatchEncoder(keras.layers.Layer):
         return ops.concatenate([ops.zeros((prefix, self.hidden_size), "float32"), patches], axis=0)
 
     def call(self, inputs, training=None):
+        tokens, rows, cols = self.project(inputs)
+        return self.embed(tokens, rows, cols, training=training)
+
+    def project(self, inputs):
+        """The linear projection E of each flattened patch (paper Eq. 1), before the class token and positions.
+
+        Args:
+            inputs: the layer's input, `(batch, num_patches, patch_dim)` or a
+                patch grid `(batch, rows, cols, patch_dim)`, in the compute dtype.
+
+        Returns:
+            `(tokens, rows, cols)`: tokens `(batch, rows * cols, hidden_size)`
+            in the compute dtype, and the grid's rows and cols (scalar tensors
+            for a patch grid, None for rank-3 input: the table's own grid).
+            `embed(tokens, rows, cols)` finishes the layer's computation;
+            masked patch prediction (`keras_vit.pretraining`) corrupts the
+            tokens in between.
+        """
         if len(inputs.shape) == 4:
             shape = ops.shape(inputs)
             rows, cols = shape[1], shape[2]
             inputs = ops.reshape(inputs, (-1, rows * cols, inputs.shape[-1]))
         else:
             rows = cols = None
-        x = self.projection(inputs)
+        return self.projection(inputs), rows, cols
+
+    def embed(self, x, rows=None, cols=None, training=None):
+        """Prepends the class token, adds the position embeddings and applies dropout (paper Eq. 1).
+
+        Args:
+            x: projected patch tokens `(batch, rows * cols, hidden_size)`, as
+                `project` returns them.
+            rows, cols: the patch grid (None: the table's `grid_size`).
+            training: enables dropout.
+
+        Returns:
+            `(batch, rows * cols + class_token, hidden_size)`, compute dtype.
+        """
         if self.class_token:
             batch = ops.shape(x)[0]
             cls = ops.broadcast_to(ops.cast(self.cls, x.dtype), (batch, 1, self.hidden_size))
