@@ -12,7 +12,8 @@ weights=...)` calls in here only when given a checkpoint.
 
 from keras_vit.weights.convert import convert
 from keras_vit.weights.layouts import CheckpointError, detect_layout, read_checkpoint, to_canonical
-from keras_vit.weights.loader import LoadReport, infer_config, load_pretrained, save_checkpoint, variant_of
+from keras_vit.weights.checkpoint import infer_config, save_checkpoint
+from keras_vit.weights.loader import LoadReport, load_pretrained, variant_of
 from keras_vit.weights.registry import CHECKPOINTS, DEFAULTS, Checkpoint, fetch, resolve, sha256
 from keras_vit.weights.resample import resample_position_embedding
 

@@ -13,7 +13,8 @@ import sys
 from keras_vit import _console
 from keras_vit._validation import check_bool, check_positive_int
 from keras_vit.weights.layouts import CheckpointError, read_checkpoint
-from keras_vit.weights.loader import infer_config, load_pretrained
+from keras_vit.weights.checkpoint import infer_config
+from keras_vit.weights.loader import load_pretrained
 
 OUTPUTS = (".weights.h5", ".keras")
 

@@ -12,7 +12,7 @@ import keras_vit
 from keras_vit import training
 from keras_vit.layers import ImageSizeCheck, PatchEncoder
 from keras_vit.weights import CheckpointError, load_pretrained, resample_position_embedding
-from keras_vit.weights.loader import to_canonical_arrays
+from keras_vit.weights.checkpoint import to_canonical_arrays
 
 KINDS = ("learned", "learned_2d", "sincos_2d", "none")
 CFG = dict(patch_size=4, hidden_size=32, num_layers=1, num_heads=4, mlp_dim=32, classes=3)
