@@ -67,14 +67,85 @@ def load_digits():
     return (x_train, y_train), (x_val, y_val), [str(d) for d in range(10)]
 
 
-def digits(split="train", *, image_size=32, channels=3, batch_size=32, shuffle=None, augment=None, seed=None):
+def stratified_subset(labels, fraction, *, seed=0, class_names=None):
+    """Indices of a seeded, stratified fraction of a labelled set (training with fewer labels).
+
+    Each class keeps `round(fraction * n_c)` of its `n_c` examples (halves
+    round up), drawn without replacement by a NumPy `default_rng(seed)`
+    permutation, class by class in the order of the class indices: the same
+    labels, fraction and seed give the same subset in every run and on
+    every machine. As in scikit-learn's stratified splits, every class keeps
+    its share of the set; unlike them the per-class counts are rounded one
+    by one, so the total can differ from `round(fraction * n)` by up to half
+    the number of classes. The held-out split is not touched: subset only
+    the training labels. Used by `keras-vit-train --labels-fraction`, and by
+    the masked-patch-prediction experiment (paper Sec. 4.6: pre-train
+    without labels, fine-tune with few).
+
+    Args:
+        labels: int array-like `(n,)` of class indices >= 0.
+        fraction: float in (0, 1]: the share of each class kept; 1 keeps
+            every example.
+        seed: int >= 0, default 0.
+        class_names: optional list of names, used in the error message.
+
+    Returns:
+        int64 NumPy array `(k,)` of indices into `labels`, sorted ascending
+        (the set's own order; shuffle in the pipeline).
+
+    Raises:
+        ValueError: `fraction` outside (0, 1], a bad `seed`, labels that are
+            not a 1-D array of integers >= 0, or a class present in
+            `labels` that would keep no example (the message names the
+            class, its count and the smallest fraction that keeps one).
+
+    Example:
+    >>> stratified_subset([0, 0, 0, 0, 1, 1, 1, 1, 1, 1], 0.5, seed=0).shape
+    (5,)
+    """
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise ValueError(f"`labels_fraction` must be a float in (0, 1]. Received: labels_fraction={fraction!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"`seed` must be an int >= 0. Received: seed={seed!r}")
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or (labels.size and (labels.dtype.kind not in "iu" or labels.min() < 0)):
+        raise ValueError(
+            "`labels` must be a 1-D array of class indices >= 0. "
+            f"Received: labels of shape {labels.shape} and dtype {labels.dtype}"
+        )
+    rng = np.random.default_rng(int(seed))
+    chosen = []
+    for label in np.unique(labels):
+        members = np.flatnonzero(labels == label)
+        keep = int(np.floor(round(fraction * len(members), 9) + 0.5))  # 0.35 x 90 is 31.5 (up), not 31.4999...
+        if keep == 0:
+            name = class_names[label] if class_names is not None and label < len(class_names) else int(label)
+            raise ValueError(
+                f"labels_fraction={fraction} leaves class {name!r} with no image: round({fraction} x "
+                f"{len(members)}) = 0. Give labels_fraction >= {0.5 / len(members):.3g}, or more images of that class"
+            )
+        chosen.append(rng.permutation(members)[:keep])
+    return np.sort(np.concatenate(chosen)) if chosen else np.zeros((0,), np.int64)
+
+
+def digits(
+    split="train",
+    *,
+    image_size=32,
+    channels=3,
+    batch_size=32,
+    shuffle=None,
+    augment=None,
+    seed=None,
+    labels_fraction=None,
+):
     """The `digits` data set (see `load_digits`) as a ready tf.data pipeline.
 
     Args:
         split: "train" (1,437 images) or "validation" (360 images).
-        image_size, channels, batch_size, shuffle, augment, seed: as in
-            `from_arrays`. `shuffle` defaults to True for "train", False
-            for "validation".
+        image_size, channels, batch_size, shuffle, augment, seed,
+            labels_fraction: as in `from_arrays`. `shuffle` defaults to
+            True for "train", False for "validation".
 
     Returns:
         A `tf.data.Dataset` of `(images, labels)`: images float32
@@ -101,6 +172,7 @@ def digits(split="train", *, image_size=32, channels=3, batch_size=32, shuffle=N
         augment=augment,
         seed=seed,
         class_names=class_names,
+        labels_fraction=labels_fraction,
     )
 
 
@@ -115,6 +187,7 @@ def from_arrays(
     augment=None,
     seed=None,
     class_names=None,
+    labels_fraction=None,
 ):
     """Builds the pipeline from NumPy arrays.
 
@@ -138,6 +211,9 @@ def from_arrays(
             epoch), even with parallel map calls.
         class_names: optional list of names, stored as
             `dataset.class_names`; every label must index it.
+        labels_fraction: None (default: every example) or a float in
+            (0, 1]: keep only `stratified_subset(labels, labels_fraction,
+            seed=seed or 0)`, a seeded share of each class (needs labels).
 
     Returns:
         A `tf.data.Dataset` of `(images, labels)`, or of images when
@@ -148,6 +224,8 @@ def from_arrays(
         ValueError: images of the wrong rank or channel count; labels whose
             length differs from the images', that are not integers, are
             negative or do not index `class_names`; a bad pipeline argument;
+            a `labels_fraction` outside (0, 1], without labels, or that
+            leaves a class with no example (see `stratified_subset`);
             `keras.config.image_data_format()` is "channels_first" (images
             are always read and yielded channels-last).
     """
@@ -161,9 +239,14 @@ def from_arrays(
             f"Received: images with shape {images.shape}"
         )
     if labels is None:
+        if labels_fraction is not None:
+            raise ValueError(f"`labels_fraction` needs `labels`. Received: labels=None, labels_fraction={labels_fraction!r}")
         ds = tf.data.Dataset.from_tensor_slices(images)
     else:
         labels = _check_labels(labels, len(images), class_names)
+        keep = _labels_subset(labels, labels_fraction, seed, class_names)
+        if keep is not None:
+            images, labels = images[keep], labels[keep]
         ds = tf.data.Dataset.from_tensor_slices((images, labels))
     return _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(images))
 
@@ -188,6 +271,13 @@ def _check_labels(labels, count, class_names):
     return labels.astype("int32")
 
 
+def _labels_subset(labels, labels_fraction, seed, class_names):
+    """None (keep all) or the indices `stratified_subset` keeps for `labels_fraction` (seeded by `seed or 0`)."""
+    if labels_fraction is None:
+        return None
+    return stratified_subset(labels, labels_fraction, seed=seed or 0, class_names=class_names)
+
+
 def from_directory(
     directory,
     *,
@@ -199,6 +289,7 @@ def from_directory(
     seed=None,
     validation_split=None,
     subset=None,
+    labels_fraction=None,
 ):
     """Builds the pipeline from a folder with one sub-folder per class.
 
@@ -237,6 +328,9 @@ def from_directory(
         subset: with `validation_split`, "training" or "validation".
         seed: int; required with `validation_split` so that both subsets
             come from the same split. Also seeds shuffle and augmentation.
+        labels_fraction: None or a float in (0, 1]: keep a seeded,
+            stratified share of the files listed (of `subset`, after the
+            split), as in `from_arrays`.
         image_size, channels, batch_size, shuffle, augment: as in
             `from_arrays`.
 
@@ -250,7 +344,8 @@ def from_directory(
     Raises:
         ValueError: the folder does not exist or holds no images, the split
             leaves a subset empty, a BMP file of a kind it cannot decode, a bad
-            pipeline argument, or `keras.config.image_data_format()` is
+            pipeline argument, a `labels_fraction` that leaves a class with
+            no image, or `keras.config.image_data_format()` is
             "channels_first". (A file that does not decode at all, e.g. one
             cut short, fails later, when the pipeline reads it, with
             TensorFlow's `InvalidArgumentError`.)
@@ -289,6 +384,9 @@ def from_directory(
     paths, class_names = list(listing.file_paths), listing.class_names
     index = {name: i for i, name in enumerate(class_names)}  # a file's class: its first folder under `directory`
     labels = [index[os.path.relpath(path, directory).split(os.sep)[0]] for path in paths]
+    keep = _labels_subset(np.array(labels, "int64"), labels_fraction, seed, class_names)
+    if keep is not None:
+        paths, labels = [paths[i] for i in keep], [labels[i] for i in keep]
     gif_flags = [_check_image_file(path) for path in paths]
     files = tf.data.Dataset.from_tensor_slices(((paths, np.array(gif_flags, "int32")), np.array(labels, "int32")))
     decode = _read_image if max(gif_flags, default=-1) >= 0 else lambda path, gif_flag: _read_image(path, None)
@@ -320,6 +418,7 @@ def from_tfds(
     augment=None,
     seed=None,
     download=False,
+    labels_fraction=None,
 ):
     """Builds the pipeline from a TensorFlow Datasets data set.
 
@@ -333,6 +432,9 @@ def from_tfds(
         split: TFDS split string, e.g. "train", "test" or "train[:90%]".
         data_dir: TFDS data folder, default TFDS' own (`~/tensorflow_datasets`).
         download: bool, default False.
+        labels_fraction: None or a float in (0, 1]: keep a seeded,
+            stratified share of `split`, as in `from_arrays`. The split's
+            labels are read once to choose it (the images undecoded).
         image_size, channels, batch_size, shuffle, augment, seed: as in
             `from_arrays`.
 
@@ -346,7 +448,8 @@ def from_tfds(
         ValueError: a bad pipeline argument, `keras.config.image_data_format()`
             is "channels_first", or TFDS cannot load the data (unknown name
             or split, data not prepared in `data_dir`); the message names the
-            data set, split and folder.
+            data set, split and folder. A `labels_fraction` that leaves a
+            class with no image.
     """
     _check_channels_last("from_tfds")
     _check_pipeline_args(image_size, channels, batch_size, augment, seed)
@@ -370,6 +473,16 @@ def from_tfds(
     except (TypeError, ValueError):
         pass
     ds = raw.map(lambda x, y: (x, tf.cast(y, tf.int32)))
+    if labels_fraction is not None:
+        undecoded = tfds.load(name, split=split, data_dir=data_dir, as_supervised=True, download=False,
+                              decoders={"image": tfds.decode.SkipDecoding()})
+        labels = np.array([int(y) for _, y in undecoded.as_numpy_iterator()], "int64")
+        keep = np.zeros(len(labels), bool)
+        keep[_labels_subset(labels, labels_fraction, seed, class_names)] = True
+        keep = tf.constant(keep)
+        count = int(np.sum(keep.numpy()))
+        ds = ds.enumerate().filter(lambda i, element: keep[i]).map(lambda i, element: element)
+        ds = ds.apply(tf.data.experimental.assert_cardinality(count))  # a filter's is unknown; fit needs it
     return _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, count)
 
 

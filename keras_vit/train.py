@@ -21,6 +21,14 @@ building one (paper Sec. 3.2): with `--image-size` at another resolution
 head when its class count is the data's and otherwise putting a
 zero-initialised head on its pooled features.
 
+`--labels-fraction F` trains on a stratified, seeded (`--seed`) share F of
+the training split (`keras_vit.data.stratified_subset`: each class keeps
+round(F x its count)); the held-out split is unchanged, and a fraction that
+leaves a class with no image is refused (exit 2).
+
+The argument groups and the run helpers here are shared with
+`keras-vit-pretrain` (`keras_vit.pretrain`).
+
 Each file is written to a temporary name in the same folder and moved into
 place, so an interrupted run never leaves a half-written file under a final
 name. An existing `model.keras` is kept unless `--overwrite` is given.
@@ -44,76 +52,120 @@ DEFAULTS = {
 }
 
 
-def build_parser():
-    """Returns the `argparse.ArgumentParser` of `keras-vit-train`."""
+def add_data_arguments(parser):
+    """Adds the data flags that `keras-vit-train` and `keras-vit-pretrain` share; returns the group.
+
+    One of --dataset digits, --image-folder DIR, --tfds NAME (default
+    digits), with --tfds-data-dir, --train-split, --validation-split,
+    --validation-fraction and --augment. `_load_data` reads them.
+    """
+    group = parser.add_argument_group("data (one of --dataset, --image-folder, --tfds)")
+    src = group.add_mutually_exclusive_group()
+    src.add_argument("--dataset", choices=["digits"], default=None, help="built-in data set (default: digits)")
+    src.add_argument("--image-folder", metavar="DIR", help="folder with one sub-folder of images per class")
+    src.add_argument("--tfds", metavar="NAME", help="TensorFlow Datasets name, read from --tfds-data-dir")
+    group.add_argument("--tfds-data-dir", metavar="DIR", default=None)
+    group.add_argument("--train-split", default="train", help="TFDS training split (default: train)")
+    group.add_argument("--validation-split", default="test", help="TFDS held-out split (default: test)")
+    group.add_argument("--validation-fraction", type=float, default=0.2, help="held-out fraction of --image-folder")
+    group.add_argument("--augment", choices=["none", "crop", "crop_flip", "affine"], default=None,
+                       help="default: affine (small rotations and zooms) for digits, crop for other data")
+    return group
+
+
+def add_model_arguments(parser):
+    """Adds the architecture flags (--variant, --image-size, --patch-size ... --stochastic-depth-rate); returns the group.
+
+    Unset flags are None; `_model_config` fills in `DEFAULTS`.
+    """
     from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
     from keras_vit.models.variants import VARIANTS
 
+    group = parser.add_argument_group("model")
+    group.add_argument("--variant", choices=sorted(VARIANTS), default=None,
+                       help="a ViT variant instead of the small default")
+    group.add_argument("--image-size", type=int, default=None,
+                       help=f"input height and width (default {DEFAULTS['image_size']}, 224 for variants)")
+    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
+        group.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=f"default {DEFAULTS[name]}")
+    group.add_argument("--position-embedding", choices=POSITION_EMBEDDINGS, default=None,
+                       help="position embeddings of the paper's Appendix D.4: learned (default, one 1D table), "
+                       "learned_2d (X and Y tables), sincos_2d (fixed) or none")
+    group.add_argument("--dropout-rate", type=float, default=None, help="default 0")
+    group.add_argument("--stochastic-depth-rate", type=float, default=None, help="default 0")
+    return group
+
+
+def add_training_arguments(parser, learning_rate):
+    """Adds the flags of a `model.fit` run (length, learning rate, precision, strategy, XLA, backup); returns the group.
+
+    --epochs, --batch-size, --learning-rate (default `learning_rate`),
+    --warmup-epochs, --precision, --strategy, --tpu, --backup-dir,
+    --backup-every, --xla / --no-xla and --seed; `_check_run_args`,
+    `_start` and `_fit` read them.
+    """
+    group = parser.add_argument_group("training")
+    group.add_argument("--epochs", type=int, default=100)
+    group.add_argument("--batch-size", type=int, default=64)
+    group.add_argument("--learning-rate", type=float, default=learning_rate, help=f"peak learning rate (default {learning_rate:g})")
+    group.add_argument("--warmup-epochs", type=float, default=None, help="linear warm-up (default: 6%% of --epochs)")
+    group.add_argument("--precision", choices=["float32", "mixed_bfloat16", "mixed_float16"], default="float32",
+                       help="Keras dtype policy; the mixed ones compute in 16 bits and keep float32 weights, "
+                       "mixed_float16 adds dynamic loss scaling (pure bfloat16/float16 weights are refused: most "
+                       "updates round away)")
+    group.add_argument("--strategy", choices=["default", "mirrored", "multi_worker", "tpu"], default="default",
+                       help="tf.distribute strategy: one device, all local GPUs, workers from TF_CONFIG, or a TPU "
+                       "(--batch-size is the global batch); see docs/scaling.md")
+    group.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu")
+    group.add_argument("--backup-dir", default=None,
+                       help="where a preempted run keeps its state to resume from (default: OUTPUT_DIR/backup); "
+                       "the folder is deleted when training ends, so it must hold nothing else")
+    group.add_argument("--backup-every", type=int, default=None,
+                       help="back up every N steps instead of every epoch (a resumed run restarts its epoch)")
+    group.add_argument("--xla", choices=["auto", "on", "off"], default="auto",
+                       help="compile the train step with XLA (jit_compile). auto: on, except for mixed_bfloat16 on "
+                       "CPUs and for several CPU replicas, where it is slower or cannot compile, and under op "
+                       "determinism (TF_DETERMINISTIC_OPS=1), where Keras turns XLA off")
+    group.add_argument("--no-xla", dest="xla", action="store_const", const="off", help="the same as --xla off")
+    group.add_argument("--seed", type=int, default=0)
+    return group
+
+
+def add_output_arguments(parser, default_dir, what):
+    """Adds --output-dir (default `default_dir`; `what` says what goes there), --overwrite and --verbose."""
+    group = parser.add_argument_group("output")
+    group.add_argument("--output-dir", default=default_dir, help=f"folder for {what}")
+    group.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run")
+    group.add_argument("--verbose", type=int, choices=[0, 1, 2], default=1,
+                       help="silent (0), Keras progress bar and the device line (1), one line per epoch and "
+                       "TensorFlow's own log, unfiltered (2)")
+    return group
+
+
+def build_parser():
+    """Returns the `argparse.ArgumentParser` of `keras-vit-train`."""
     p = argparse.ArgumentParser(
         prog="keras-vit-train",
         description="Train a Vision Transformer (arXiv:2010.11929) with model.fit and XLA.",
     )
-    src = p.add_argument_group("data (one of)").add_mutually_exclusive_group()
-    src.add_argument("--dataset", choices=["digits"], default=None, help="built-in data set (default: digits)")
-    src.add_argument("--image-folder", metavar="DIR", help="folder with one sub-folder of images per class")
-    src.add_argument("--tfds", metavar="NAME", help="TensorFlow Datasets name, read from --tfds-data-dir")
-    p.add_argument("--tfds-data-dir", metavar="DIR", default=None)
-    p.add_argument("--train-split", default="train", help="TFDS training split (default: train)")
-    p.add_argument("--validation-split", default="test", help="TFDS held-out split (default: test)")
-    p.add_argument("--validation-fraction", type=float, default=0.2, help="held-out fraction of --image-folder")
-
-    m = p.add_argument_group("model")
-    m.add_argument("--variant", choices=sorted(VARIANTS), default=None, help="a ViT variant instead of the small default")
-    m.add_argument("--image-size", type=int, default=None, help=f"input height and width (default {DEFAULTS['image_size']}, 224 for variants)")
-    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
-        m.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=f"default {DEFAULTS[name]}")
-    m.add_argument("--position-embedding", choices=POSITION_EMBEDDINGS, default=None,
-                   help="position embeddings of the paper's Appendix D.4: learned (default, one 1D table), learned_2d "
-                   "(X and Y tables), sincos_2d (fixed) or none")
-    m.add_argument("--dropout-rate", type=float, default=None, help="default 0")
-    m.add_argument("--stochastic-depth-rate", type=float, default=None, help="default 0")
+    d = add_data_arguments(p)
+    d.add_argument("--labels-fraction", type=float, default=1.0,
+                   help="train on a stratified, seeded (--seed) share of the training split's labelled images, "
+                   "in (0, 1] (default 1: all); each class keeps round(F x its count); the held-out split is "
+                   "unchanged (keras_vit.data.stratified_subset)")
+    m = add_model_arguments(p)
     m.add_argument("--init-from", metavar="MODEL.keras", default=None,
                    help="fine-tune a saved keras_vit model instead of building one (paper Sec. 3.2): --image-size "
                    "resizes it (keras_vit.resize: position embeddings resampled once; a model of any resolution is "
                    "kept as it is); its head is kept when its class count is the data's, else replaced by a "
-                   "zero-initialised one (pre_logits dropped). The other model flags must not be given")
-
-    t = p.add_argument_group("training")
-    t.add_argument("--epochs", type=int, default=100)
-    t.add_argument("--batch-size", type=int, default=64)
+                   "zero-initialised one (pre_logits dropped). The other model flags must not be given; "
+                   "a keras-vit-pretrain backbone.keras fine-tunes this way")
+    t = add_training_arguments(p, learning_rate=2e-3)
     t.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
-    t.add_argument("--learning-rate", type=float, default=2e-3)
     t.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (0 for sgd)")
-    t.add_argument("--warmup-epochs", type=float, default=None, help="linear warm-up (default: 6%% of --epochs)")
     t.add_argument("--label-smoothing", type=float, default=0.0)
     t.add_argument("--ema-momentum", type=float, default=None, help="average the weights (e.g. 0.998); default: off")
-    t.add_argument("--augment", choices=["none", "crop", "crop_flip", "affine"], default=None,
-                   help="default: affine (small rotations and zooms) for digits, crop for other data")
-    t.add_argument("--precision", choices=["float32", "mixed_bfloat16", "mixed_float16"], default="float32",
-                   help="Keras dtype policy; the mixed ones compute in 16 bits and keep float32 weights, mixed_float16 "
-                   "adds dynamic loss scaling (pure bfloat16/float16 weights are refused: most updates round away)")
-    t.add_argument("--strategy", choices=["default", "mirrored", "multi_worker", "tpu"], default="default",
-                   help="tf.distribute strategy: one device, all local GPUs, workers from TF_CONFIG, or a TPU "
-                   "(--batch-size is the global batch); see docs/scaling.md")
-    t.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu")
-    t.add_argument("--backup-dir", default=None,
-                   help="where a preempted run keeps its state to resume from (default: OUTPUT_DIR/backup); the "
-                   "folder is deleted when training ends, so it must hold nothing else")
-    t.add_argument("--backup-every", type=int, default=None,
-                   help="back up every N steps instead of every epoch (a resumed run restarts its epoch)")
-    t.add_argument("--xla", choices=["auto", "on", "off"], default="auto",
-                   help="compile the train step with XLA (jit_compile). auto: on, except for mixed_bfloat16 on "
-                   "CPUs and for several CPU replicas, where it is slower or cannot compile, and under op "
-                   "determinism (TF_DETERMINISTIC_OPS=1), where Keras turns XLA off")
-    t.add_argument("--no-xla", dest="xla", action="store_const", const="off", help="the same as --xla off")
-    t.add_argument("--seed", type=int, default=0)
-
-    o = p.add_argument_group("output")
-    o.add_argument("--output-dir", default="runs/train", help="folder for model.keras and the metrics")
-    o.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run")
-    o.add_argument("--verbose", type=int, choices=[0, 1, 2], default=1,
-                   help="silent (0), Keras progress bar and the device line (1), one line per epoch and TensorFlow's "
-                   "own log, unfiltered (2)")
+    add_output_arguments(p, "runs/train", "model.keras and the metrics")
     return p
 
 
@@ -125,7 +177,7 @@ def _model_config(args):
     """Returns (builder kwargs, image_size) from the parsed arguments (image_size None: the --init-from model's)."""
     if args.image_size is not None and args.image_size < 1:
         raise ValueError(f"--image-size must be >= 1 (pixels). Received: {args.image_size}")
-    if args.init_from is not None:
+    if getattr(args, "init_from", None) is not None:
         given = [k for k in _ARCHITECTURE_FLAGS if getattr(args, k) is not None]
         if given:
             raise ValueError(
@@ -149,21 +201,32 @@ def _model_config(args):
 
 
 def _load_data(args, image_size, batch_size):
+    """(training, held-out) pipelines of `keras_vit.data` for the data flags; --labels-fraction subsets the first."""
     from keras_vit import data
 
     common = {"image_size": image_size, "batch_size": batch_size, "seed": args.seed}
     augment = args.augment or ("crop" if args.image_folder or args.tfds else "affine")
     augment = None if augment == "none" else augment
+    fraction = getattr(args, "labels_fraction", 1.0)
+    training = {"shuffle": True, "augment": augment, "labels_fraction": None if fraction == 1 else fraction}
+    try:
+        if args.image_folder:
+            split = {"validation_split": args.validation_fraction, "directory": args.image_folder}
+            train = data.from_directory(subset="training", **training, **split, **common)
+        elif args.tfds:
+            tfds_args = {"data_dir": args.tfds_data_dir, **common}
+            train = data.from_tfds(args.tfds, split=args.train_split, **training, **tfds_args)
+        else:
+            train = data.digits("train", **training, **common)
+    except ValueError as e:
+        if "labels_fraction=" in str(e):  # a class left with no image: name the flag
+            raise ValueError(f"--labels-fraction {fraction}: {e}") from None
+        raise
     if args.image_folder:
-        split = {"validation_split": args.validation_fraction, "directory": args.image_folder}
-        train = data.from_directory(subset="training", shuffle=True, augment=augment, **split, **common)
         val = data.from_directory(subset="validation", **split, **common)
     elif args.tfds:
-        tfds_args = {"data_dir": args.tfds_data_dir, **common}
-        train = data.from_tfds(args.tfds, split=args.train_split, shuffle=True, augment=augment, **tfds_args)
         val = data.from_tfds(args.tfds, split=args.validation_split, **tfds_args)
     else:
-        train = data.digits("train", augment=augment, **common)
         val = data.digits("validation", **common)
     return train, val
 
@@ -183,14 +246,16 @@ def _write_json(path, obj):
     _atomic_write(path, write)
 
 
-def _plot_history(path, history):
+def _plot_history(path, history, keys=("loss", "accuracy")):
+    """Writes a PNG with one panel per key of `history`: train and held-out ("val_" + key) per epoch."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key in zip(axes, ("loss", "accuracy")):
+    keys = [key for key in keys if key in history]
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4), squeeze=False)
+    for ax, key in zip(axes[0], keys):
         epochs = range(1, len(history[key]) + 1)
         ax.plot(epochs, history[key], label="train")
         if "val_" + key in history:
@@ -348,12 +413,13 @@ def _with_policy(model, precision):
     return rebuilt
 
 
-def run(args):
-    """Trains and evaluates as `args` say; returns the metrics dict.
+def _check_run_args(args, final_name):
+    """Checks the data, training and output flags of a run before any work; returns the warm-up in epochs.
 
     Raises:
-        ValueError: a bad argument (names it), or an output folder that
-            already holds a model while `args.overwrite` is False.
+        ValueError: a flag out of range (named), an output folder that
+            cannot be one, an existing `final_name` there without
+            --overwrite, or a backup folder that holds other files.
     """
     for name in ("epochs", "batch_size"):
         if getattr(args, name) < 1:
@@ -363,31 +429,114 @@ def run(args):
     warmup_epochs = 0.06 * args.epochs if args.warmup_epochs is None else args.warmup_epochs
     if warmup_epochs < 0 or warmup_epochs >= args.epochs:
         raise ValueError(f"--warmup-epochs must be in [0, --epochs={args.epochs}). Received: {args.warmup_epochs}")
-    model_config, image_size = _model_config(args)
     out = args.output_dir
     _check_output_dir(out)
-    model_path = os.path.join(out, "model.keras")
-    if os.path.exists(model_path) and not args.overwrite:
-        raise ValueError(f"{model_path} exists; pass --overwrite to replace it")
-
+    path = os.path.join(out, final_name)
+    if os.path.exists(path) and not args.overwrite:
+        raise ValueError(f"{path} exists; pass --overwrite to replace it")
     if args.backup_every is not None and args.backup_every < 1:
         raise ValueError(f"--backup-every must be >= 1. Received: {args.backup_every}")
     if args.tpu is not None and args.strategy != "tpu":
         raise ValueError(f"--tpu applies to --strategy tpu only. Received: --strategy {args.strategy}")
     _check_backup_dir(args.backup_dir or os.path.join(out, "backup"), out)
+    return warmup_epochs
 
+
+def _start(args):
+    """Strategy, XLA choice (said on stderr when auto turns it off), seed and global policy; (strategy, chief, jit)."""
     import keras
 
-    import keras_vit
-    from keras_vit import distribute, training
+    from keras_vit import distribute
 
     strategy = distribute.get_strategy(args.strategy, tpu=args.tpu)
-    chief = distribute.is_chief()
     jit_compile, why = distribute.choose_xla(args.xla, strategy, args.precision)
     if why:
         print(f"--xla {args.xla}: {why}", file=sys.stderr)
     keras.utils.set_random_seed(args.seed)
     keras.mixed_precision.set_global_policy(args.precision)
+    return strategy, distribute.is_chief(), jit_compile
+
+
+def _steps_per_epoch(train):
+    steps = int(train.cardinality())
+    if steps < 1:
+        raise ValueError("the training data set is empty or of unknown size")
+    return steps
+
+
+def _fit(model, train, val, args, strategy, chief):
+    """`model.fit` for `args.epochs` with a resumable backup (BackupAndRestore); returns (history dict, seconds)."""
+    import keras
+
+    from keras_vit import distribute
+
+    distribute.prepare_fit(model, train, strategy)
+    out = args.output_dir
+    os.makedirs(out, exist_ok=True)
+    backup_dir = args.backup_dir or os.path.join(out, "backup")
+    if not chief:  # each worker keeps its own state; only the chief writes the outputs
+        backup_dir = os.path.join(backup_dir, f"worker_{distribute.cluster_spec()['task']['index']}")
+    backup = keras.callbacks.BackupAndRestore(
+        backup_dir, save_freq=args.backup_every or "epoch", double_checkpoint=True, delete_checkpoint=True
+    )
+    # A resumed run restarts at the epoch it was in; advance the pipeline's reshuffling to that epoch, so that
+    # it sees the same images in the same order as an uninterrupted run. Creating an iterator is what moves a
+    # tf.data reshuffle on (no data is read), and Keras 3.15's fit creates two per epoch (docs/traps.md).
+    for _ in range(_ITERATORS_PER_EPOCH * _backed_up_epoch(backup_dir)):
+        iter(train)
+    start = time.perf_counter()
+    # The pipeline shuffles with --seed; Keras' own shuffle does not apply to tf.data.
+    history = model.fit(train, validation_data=val, epochs=args.epochs, verbose=args.verbose, shuffle=False,
+                        callbacks=[backup])
+    train_time = time.perf_counter() - start
+    return {k: [float(v) for v in vals] for k, vals in history.history.items()}, train_time
+
+
+def _timed_evaluate(model, val):
+    """`model.evaluate(val)` as a dict, timed after a warm-up call that compiles the step; (results, seconds)."""
+    model.evaluate(val, verbose=0)
+    start = time.perf_counter()
+    results = model.evaluate(val, verbose=0, return_dict=True)
+    return results, time.perf_counter() - start
+
+
+def _run_metrics(results, eval_time, num_val, train_time, num_train, args, model, strategy):
+    """The metrics both CLIs write: evaluation results, speed, wall times and the run's set-up."""
+    return {
+        **{k: float(v) for k, v in results.items()},
+        "images_per_second": num_val / eval_time,
+        "wall_time_s": eval_time,
+        "num_heldout_images": num_val,
+        "train_wall_time_s": train_time,
+        "train_images_per_second": args.epochs * num_train / train_time,
+        "epochs": args.epochs,
+        "parameters": int(model.count_params()),
+        "precision": args.precision,
+        "xla": args.xla,
+        "jit_compile": bool(model.jit_compile),
+        "strategy": args.strategy,
+        "replicas": int(strategy.num_replicas_in_sync),
+    }
+
+
+def run(args):
+    """Trains and evaluates as `args` say; returns the metrics dict.
+
+    Raises:
+        ValueError: a bad argument (names it), or an output folder that
+            already holds a model while `args.overwrite` is False.
+    """
+    warmup_epochs = _check_run_args(args, "model.keras")
+    if not 0 < args.labels_fraction <= 1:
+        raise ValueError(f"--labels-fraction must be in (0, 1]. Received: {args.labels_fraction}")
+    model_config, image_size = _model_config(args)
+    out = args.output_dir
+    model_path = os.path.join(out, "model.keras")
+
+    import keras_vit
+    from keras_vit import distribute, training
+
+    strategy, chief, jit_compile = _start(args)
     saved = None
     if args.init_from is not None:
         with strategy.scope():
@@ -405,9 +554,7 @@ def run(args):
         "stochastic_depth_rate": args.stochastic_depth_rate or 0.0,
         "position_embedding": args.position_embedding or "learned",
     }
-    steps_per_epoch = int(train.cardinality())
-    if steps_per_epoch < 1:
-        raise ValueError("the training data set is empty or of unknown size")
+    steps_per_epoch = _steps_per_epoch(train)
     total_steps = args.epochs * steps_per_epoch
     with strategy.scope():  # model, optimizer and metrics live on the strategy's devices
         if saved is not None:
@@ -428,50 +575,17 @@ def run(args):
             ema_momentum=args.ema_momentum,
             jit_compile=jit_compile,
         )
-    distribute.prepare_fit(model, train, strategy)
-    os.makedirs(out, exist_ok=True)
-    backup_dir = args.backup_dir or os.path.join(out, "backup")
-    if not chief:  # each worker keeps its own state; only the chief writes the outputs
-        backup_dir = os.path.join(backup_dir, f"worker_{distribute.cluster_spec()['task']['index']}")
-    backup = keras.callbacks.BackupAndRestore(
-        backup_dir, save_freq=args.backup_every or "epoch", double_checkpoint=True, delete_checkpoint=True
-    )
-    # A resumed run restarts at the epoch it was in; advance the pipeline's reshuffling to that epoch, so that
-    # it sees the same images in the same order as an uninterrupted run. Creating an iterator is what moves a
-    # tf.data reshuffle on (no data is read), and Keras 3.15's fit creates two per epoch (docs/traps.md).
-    for _ in range(_ITERATORS_PER_EPOCH * _backed_up_epoch(backup_dir)):
-        iter(train)
-    start = time.perf_counter()
-    # The pipeline shuffles with --seed; Keras' own shuffle does not apply to tf.data.
-    history = model.fit(train, validation_data=val, epochs=args.epochs, verbose=args.verbose, shuffle=False,
-                        callbacks=[backup])
-    train_time = time.perf_counter() - start
-
-    model.evaluate(val, verbose=0)  # warm-up: compile the evaluation step before timing it
-    start = time.perf_counter()
-    loss, accuracy = model.evaluate(val, verbose=0)
-    eval_time = time.perf_counter() - start
+    hist, train_time = _fit(model, train, val, args, strategy, chief)
+    results, eval_time = _timed_evaluate(model, val)
     num_val = sum(int(y.shape[0]) for _, y in val)
     num_train = train.num_examples or steps_per_epoch * args.batch_size
     metrics = {
-        "accuracy": float(accuracy),
-        "loss": float(loss),
-        "images_per_second": num_val / eval_time,
-        "wall_time_s": eval_time,
-        "num_heldout_images": num_val,
-        "train_wall_time_s": train_time,
-        "train_images_per_second": args.epochs * num_train / train_time,
-        "epochs": args.epochs,
-        "parameters": int(model.count_params()),
-        "precision": args.precision,
-        "xla": args.xla,
-        "jit_compile": bool(model.jit_compile),
-        "strategy": args.strategy,
-        "replicas": int(strategy.num_replicas_in_sync),
+        **_run_metrics(results, eval_time, num_val, train_time, num_train, args, model, strategy),
         "class_names": list(train.class_names),
         "init_from": args.init_from,
+        "labels_fraction": args.labels_fraction,
+        "num_train_images": num_train,
     }
-    hist = {k: [float(v) for v in vals] for k, vals in history.history.items()}
     if not chief:
         return metrics
     _atomic_write(model_path, model.save)
@@ -493,14 +607,30 @@ def main(argv=None):
 
 
 def _main(argv):
-    parser = build_parser()
+    def summary(args, metrics):
+        return (
+            f"held-out accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}, "
+            f"{metrics['images_per_second']:.0f} images/s; training took {metrics['train_wall_time_s']:.0f} s; "
+            f"wrote {args.output_dir}/model.keras, metrics.json, history.json, training_curve.png"
+        )
+
+    return _cli(build_parser(), argv, run, summary)
+
+
+def _cli(parser, argv, run_fn, summary):
+    """Parses `argv`, runs `run_fn(args)` and prints `summary(args, metrics)`; returns 0.
+
+    A ValueError (a bad flag, named in its message) or a data file that
+    TensorFlow cannot decode exits with status 2 and one line, no traceback.
+    The global Keras dtype policy (set by --precision) is given back.
+    """
     args = parser.parse_args(argv)
     _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
     import keras
 
     previous_policy = keras.config.dtype_policy()  # --precision sets the global policy; callers get theirs back
     try:
-        metrics = run(args)
+        metrics = run_fn(args)
     except ValueError as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")
     except Exception as e:  # a file of the data set that TensorFlow cannot decode
@@ -510,11 +640,7 @@ def _main(argv):
         parser.exit(2, f"{parser.prog}: error: the data could not be read: {first}\n")
     finally:
         keras.config.set_dtype_policy(previous_policy)
-    print(
-        f"held-out accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}, "
-        f"{metrics['images_per_second']:.0f} images/s; training took {metrics['train_wall_time_s']:.0f} s; "
-        f"wrote {args.output_dir}/model.keras, metrics.json, history.json, training_curve.png"
-    )
+    print(summary(args, metrics))
     return 0
 
 
