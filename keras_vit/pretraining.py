@@ -436,7 +436,7 @@ class MaskedPatchPrediction(keras.Model):
         self.channels = int(backbone_channels)
         self.cell_size = backbone_cell_size(backbone)
         self.outputs_per_patch = target_size(target, self.cell_size, self.channels)
-        self._patch_grid = keras.Model(backbone.inputs, patches.output, name=f"{backbone.name}_patch_grid")
+        self._patch_grid = keras.Model(backbone.inputs[0], patches.output, name=f"{backbone.name}_patch_grid")
         self._encoder, self._blocks, self._norm = encoder, blocks, norm
         self.mask_embedding = self.add_weight(
             name="mask_embedding",
