@@ -446,6 +446,7 @@ class MaskedPatchPrediction(keras.Model):
         )
         self.head = keras.layers.Dense(self.outputs_per_patch, dtype="float32", name="head")
         self.head.build((None, None, encoder.hidden_size))
+        self.built = True  # every weight exists (the backbone's, [mask], head): saving needs no call first
 
     def patch_representations(self, inputs, training=None):
         """The final representation of every patch token, after corruption (before the head).

@@ -323,6 +323,25 @@ def test_fit_with_xla_on_digits_then_the_backbone_reloads_as_a_plain_keras_vit_m
     np.testing.assert_allclose(reloaded(x), backbone(x), atol=1e-6)
 
 
+def test_pretraining_model_round_trips_through_a_keras_file_with_its_loss(tmp_path):
+    model = pretraining.compile_pretraining(
+        pretraining.MaskedPatchPrediction(_backbone(position_embedding="learned_2d"), target="downsized"),
+        total_steps=10, jit_compile=False)
+    model.mask_embedding.assign(np.linspace(-1, 1, 32, dtype="float32"))
+    kind, source = pretraining.corruption(np.array([0, 1]), 2, 16)
+    x = {"images": np.random.default_rng(5).uniform(-1, 1, (2, 16, 16, 3)).astype("float32"),
+         "corruption": kind, "source": source}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # "saving a model that has not yet been built"
+        model.save(tmp_path / "pretraining.keras")
+    reloaded = keras.saving.load_model(tmp_path / "pretraining.keras")
+    assert isinstance(reloaded, pretraining.MaskedPatchPrediction) and reloaded.target == "downsized"
+    np.testing.assert_array_equal(reloaded(x), model(x))
+    weights, targets = (kind.numpy() > 0).astype("float32"), np.zeros((2, 16, 48), "float32")
+    assert float(reloaded.compute_loss(y=targets, y_pred=reloaded(x), sample_weight=weights)) == pytest.approx(
+        float(model.compute_loss(y=targets, y_pred=model(x), sample_weight=weights)), rel=1e-6)
+
+
 # --- Bad input -----------------------------------------------------------------------------------------------------
 
 
