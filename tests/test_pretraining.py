@@ -296,6 +296,12 @@ def test_only_corrupted_patches_enter_the_loss(target):
         changed_targets[tuple(where)] = np.argmin(predictions[tuple(where)]) if target == "mean_color" else 5.0
         for changed in (loss(targets, changed_predictions), loss(changed_targets, predictions)):
             assert abs(changed - base) > 1e-2 if moves else changed == base, (where, changed, base)
+    if target == "mean_color":  # the accuracy metric counts the corrupted patches only
+        predictions[..., 0] = np.where(weights > 0, predictions[..., 0], 100.0)
+        targets[weights == 0] = 0  # every untouched patch predicted right
+        right = (predictions.argmax(-1) == targets)[weights > 0].mean()
+        metrics = model.compute_metrics(None, targets, predictions, sample_weight=weights)
+        assert float(metrics["accuracy"]) == pytest.approx(right) and right < 0.5
 
 
 @pytest.mark.filterwarnings("error:Model doesn't support")  # Keras' silent XLA fall-back is an error
