@@ -157,3 +157,114 @@ def test_plots_refuse_bad_input_and_never_replace_a_folder(tmp_path, tiny):
         vit_inspect.rollout([np.ones((1, 2, 5, 5)) / 5, np.ones((1, 2, 4, 4)) / 4])
     assert vit_inspect.plot_attention_rollout(x[0], heat[0], tmp_path / "one.png")  # one image works
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "one.png"]
+
+
+# ----------------------------------------------------------------------------- masked patch prediction
+
+
+def test_mean_color_image_decodes_each_class_to_its_bin_centres():
+    rng = np.random.default_rng(0)
+    classes = rng.integers(0, 512, (2, 6))
+    painted = vit_inspect.mean_color_image(classes, (2, 3), 4)
+    assert painted.shape == (2, 8, 12, 3) and painted.dtype == np.float32
+    for b in range(2):
+        for n in range(6):
+            r, c = divmod(n, 3)
+            k = int(classes[b, n])
+            expected = (np.array([k // 64, k // 8 % 8, k % 8]) + 0.5) / 8  # red most significant
+            patch = painted[b, 4 * r:4 * r + 4, 4 * c:4 * c + 4]
+            np.testing.assert_array_equal(patch, np.broadcast_to(expected, (4, 4, 3)))
+    grey = vit_inspect.mean_color_image([[0, 7]], (1, 2), 1, channels=1)
+    np.testing.assert_array_equal(grey[0, 0, :, 0], [0.0625, 0.9375])
+    with pytest.raises(ValueError, match=r"must be in \[0, 512\) for channels=3. Received: classes in \[0, 512\]"):
+        vit_inspect.mean_color_image([[0, 512]], (1, 2), 2)
+    with pytest.raises(ValueError, match=r"`classes` must be an int array \(batch, 4\) for grid=\(2, 2\)"):
+        vit_inspect.mean_color_image(np.zeros((1, 3), "int32"), (2, 2), 2)
+
+
+def test_mean_color_image_inverts_patch_targets_up_to_the_bin():
+    from keras_vit import pretraining
+
+    images = np.random.default_rng(2).uniform(-1, 1, (3, 8, 8, 3)).astype("float32")
+    classes = pretraining.patch_targets(images, 4).numpy()
+    painted = vit_inspect.mean_color_image(classes, (2, 2), 4)
+    means = (images.reshape(3, 2, 4, 2, 4, 3).mean(axis=(2, 4)) + 1) / 2  # (3, 2, 2, 3) in [0, 1]
+    np.testing.assert_array_less(np.abs(painted[:, ::4, ::4] - means), 1 / 16 + 1e-6)  # within half a bin
+    np.testing.assert_array_equal(pretraining.patch_targets(painted * 2 - 1, 4).numpy(), classes)  # a fixed point
+
+
+def test_corrupted_images_mask_replace_and_keep():
+    x = np.random.default_rng(3).uniform(-1, 1, (1, 8, 8, 1)).astype("float32")
+    kind = np.array([[1, 2, 0, 3]])
+    source = np.array([[0, 2, 2, 3]])  # patch 1 (top right) shows patch 2 (bottom left)
+    out = vit_inspect.corrupted_images(x, kind, source, 4)
+    np.testing.assert_array_equal(out[0, :4, :4], 0.0)
+    np.testing.assert_array_equal(out[0, :4, 4:], x[0, 4:, :4])
+    np.testing.assert_array_equal(out[0, 4:], x[0, 4:])
+    np.testing.assert_array_equal(vit_inspect.corrupted_images(x, kind, None, 4)[0, :4, 4:], x[0, :4, 4:])
+    with pytest.raises(ValueError, match=r"`corruption` must be an int array \(1, 4\) in \[0, 4\)"):
+        vit_inspect.corrupted_images(x, np.array([[1, 4, 0, 0]]), source, 4)
+    with pytest.raises(ValueError, match=r"`source` must be an int array \(1, 4\) in \[0, 4\)"):
+        vit_inspect.corrupted_images(x, kind, np.array([[0, 4, 2, 3]]), 4)
+    with pytest.raises(ValueError, match="multiples of cell_size=3"):
+        vit_inspect.corrupted_images(x, kind, source, 3)
+
+
+@pytest.fixture(scope="module")
+def pretraining_model():
+    from keras_vit import pretraining
+
+    backbone = keras_vit.VisionTransformer(patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=32,
+                                           input_shape=(16, 16, 3), include_top=False)
+    model = pretraining.MaskedPatchPrediction(backbone)
+    rng = np.random.default_rng(4)
+    model.head.kernel.assign(rng.normal(0, 1.0, model.head.kernel.shape).astype("float32"))  # decisive logits
+    return model
+
+
+def test_masked_patch_prediction_returns_the_models_own_predictions(pretraining_model, tmp_path):
+    from keras_vit import pretraining
+
+    x = _images(3)
+    r = vit_inspect.masked_patch_prediction(pretraining_model, x, seed=5, batch_size=2)
+    kind, source = (t.numpy() for t in pretraining.corruption(np.array([5, 0]), 3, 16))
+    np.testing.assert_array_equal(r["corruption"], kind)
+    np.testing.assert_array_equal(r["source"], source)
+    assert ((kind > 0).sum(axis=1) == 8).all()
+    logits = pretraining_model({"images": x, "corruption": kind, "source": source}).numpy()
+    np.testing.assert_array_equal(r["predicted_classes"], logits.argmax(-1))
+    means = (x.reshape(3, 4, 4, 4, 4, 3).mean(axis=(2, 4)).reshape(3, 16, 3) + 1) / 2  # NumPy targets
+    levels = np.minimum(np.floor(means * 8), 7).astype(int)
+    np.testing.assert_array_equal(r["true_classes"], levels @ [64, 8, 1])
+    hit = kind > 0
+    assert r["accuracy"] == np.mean(r["predicted_classes"][hit] == r["true_classes"][hit])
+    assert len(set(r["predicted_classes"][hit].tolist())) > 1  # not one constant colour: the arg-max of real logits
+    np.testing.assert_allclose(r["images"], (x + 1) / 2, atol=1e-7)
+    np.testing.assert_allclose(r["corrupted"] * 2 - 1, vit_inspect.corrupted_images(x, kind, source, 4), atol=1e-6)
+    cells = lambda a: a.reshape(3, 4, 4, 4, 4, 3).transpose(0, 1, 3, 2, 4, 5).reshape(3, 16, 4, 4, 3)  # noqa: E731
+    for key, classes in (("predicted", r["predicted_classes"]), ("true", r["true_classes"])):
+        painted = cells(vit_inspect.mean_color_image(classes, (4, 4), 4))
+        np.testing.assert_array_equal(cells(r[key])[hit], painted[hit])  # corrupted: the class's colour
+        np.testing.assert_allclose(cells(r[key])[~hit], cells(r["images"])[~hit])  # the others: the image
+    path = vit_inspect.plot_masked_patch_prediction(r, tmp_path / "mpp.png")
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and image.shape[0] > 200 and image.std() > 0
+
+
+def test_masked_patch_prediction_refuses_bad_input(pretraining_model, tmp_path):
+    from keras_vit import pretraining
+
+    with pytest.raises(ValueError, match="with target='mean_color'. Received: model='vision_transformer' of type Func"):
+        vit_inspect.masked_patch_prediction(pretraining_model.backbone, _images(1))
+    full = pretraining.MaskedPatchPrediction(pretraining_model.backbone, target="full")
+    with pytest.raises(ValueError, match="with target='full'"):
+        vit_inspect.masked_patch_prediction(full, _images(1))
+    with pytest.raises(ValueError, match=r"`images` must have shape \(batch >= 1, 16, 16, 3\)"):
+        vit_inspect.masked_patch_prediction(pretraining_model, np.zeros((1, 8, 8, 3)))
+    with pytest.raises(ValueError, match=r"`corruption` must be an int array \(1, 16\)"):
+        vit_inspect.masked_patch_prediction(pretraining_model, _images(1), np.zeros((1, 4), "int32"))
+    with pytest.raises(ValueError, match="`seed` must be an int >= 0. Received: seed=-1"):
+        vit_inspect.masked_patch_prediction(pretraining_model, _images(1), seed=-1)
+    with pytest.raises(ValueError, match="`result` must be the dict of masked_patch_prediction"):
+        vit_inspect.plot_masked_patch_prediction({"images": np.zeros((1, 4, 4, 3))}, tmp_path / "x.png")
+    assert not list(tmp_path.iterdir())
