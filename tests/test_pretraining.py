@@ -329,18 +329,33 @@ def test_fit_with_xla_on_digits_then_the_backbone_reloads_as_a_plain_keras_vit_m
     np.testing.assert_allclose(reloaded(x), backbone(x), atol=1e-6)
 
 
+@pytest.mark.slow  # XLA compiles each image size: 25 s (pure) and 50 s (hybrid) on 2 cores
+@pytest.mark.filterwarnings("error:Model doesn't support")
+@pytest.mark.parametrize("overrides", [{"position_embedding": "sincos_2d"}, {"patch_size": 1, "resnet_num_layers": (1, 1)}])
+def test_fit_with_xla_on_batches_of_two_sizes_for_a_model_of_any_resolution(overrides):
+    backbone = _backbone(input_shape=(None, None, 3), **overrides)
+    model = pretraining.MaskedPatchPrediction(backbone, target="full")
+    cell = pretraining.backbone_cell_size(backbone)
+    square, wide = ([pretraining.masked_patch_dataset(data.digits(image_size=size, batch_size=16, seed=0), cell,
+                                                       target="full").take(2) for size in (16, (16, 24))])
+    pretraining.compile_pretraining(model, total_steps=8, learning_rate=1e-3)
+    history = model.fit(square.concatenate(wide), epochs=2, verbose=0, shuffle=False).history
+    assert model.jit_compile and np.all(np.isfinite(history["loss"])) and history["loss"][1] < history["loss"][0]
+
+
 def test_pretraining_model_round_trips_through_a_keras_file_with_its_loss(tmp_path):
     model = pretraining.compile_pretraining(
         pretraining.MaskedPatchPrediction(_backbone(position_embedding="learned_2d"), target="downsized"),
         total_steps=10, jit_compile=False)
     model.mask_embedding.assign(np.linspace(-1, 1, 32, dtype="float32"))
+    model.optimizer.build(model.trainable_variables)  # as after training: its state is saved too
     kind, source = pretraining.corruption(np.array([0, 1]), 2, 16)
     x = {"images": np.random.default_rng(5).uniform(-1, 1, (2, 16, 16, 3)).astype("float32"),
          "corruption": kind, "source": source}
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # "saving a model that has not yet been built"
+        warnings.simplefilter("error", UserWarning)  # "saving a model that has not yet been built", "Skipping ..."
         model.save(tmp_path / "pretraining.keras")
-    reloaded = keras.saving.load_model(tmp_path / "pretraining.keras")
+        reloaded = keras.saving.load_model(tmp_path / "pretraining.keras")
     assert isinstance(reloaded, pretraining.MaskedPatchPrediction) and reloaded.target == "downsized"
     np.testing.assert_array_equal(reloaded(x), model(x))
     weights, targets = (kind.numpy() > 0).astype("float32"), np.zeros((2, 16, 48), "float32")
