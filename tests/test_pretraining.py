@@ -240,6 +240,9 @@ def _kinds(dataset, batches=2):
 def test_dataset_is_seeded_and_gives_targets_and_weights_of_the_corrupted_patches():
     images = data.digits(image_size=16, batch_size=16, shuffle=False)
     ds = pretraining.masked_patch_dataset(images, 4, target="downsized", seed=3)
+    spec = ds.element_spec  # static patch counts (keras-vit-pretrain reads them)
+    assert [spec[0]["corruption"].shape.as_list(), spec[1].shape.as_list(), spec[2].shape.as_list()] == [
+        [None, 16], [None, 16, 48], [None, 16]]
     first, second = _kinds(ds), _kinds(ds)  # two epochs (iterations) of one dataset
     x, y, w = next(iter(pretraining.masked_patch_dataset(images, 4, target="downsized", seed=3)))
     assert set(x) == {"images", "corruption", "source"} and x["corruption"].shape == (16, 16)
