@@ -315,7 +315,7 @@ def test_fit_with_xla_on_digits_then_the_backbone_reloads_as_a_plain_keras_vit_m
     images = data.digits(image_size=16, batch_size=32, seed=0)
     ds = pretraining.masked_patch_dataset(images, pretraining.backbone_cell_size(backbone), seed=0).take(8)
     pretraining.compile_pretraining(model, total_steps=32, learning_rate=1e-3, warmup_steps=2)
-    assert model.jit_compile is True
+    assert model.jit_compile is True and model.backbone is backbone
     before = [w.numpy().copy() for w in backbone.weights]
     history = model.fit(ds, epochs=4, verbose=0, shuffle=False).history
     assert np.all(np.isfinite(history["loss"])) and history["loss"][-1] < history["loss"][0] - 0.3, history
