@@ -579,13 +579,15 @@ def plot_masked_patch_prediction(result, path, overwrite=True):
     One column per image, four rows: the image; the corrupted input (masked
     patches grey, replaced patches showing their source); the predicted
     3-bit mean colour of every corrupted patch; the true one (the other
-    patches show the image in both). The title gives the accuracy over the
-    corrupted patches.
+    patches show the image in both). With `result["corruption"]` the
+    corrupted patches are outlined in the last three rows. The title gives
+    the accuracy over the corrupted patches.
 
     Args:
         result: the dict of `masked_patch_prediction` (keys "images",
             "corrupted", "predicted", "true", each `(batch, H, W, C)` in
-            [0, 1] with C 1 or 3, and "accuracy").
+            [0, 1] with C 1 or 3, and "accuracy"; optionally "corruption"
+            `(batch, num_patches)`, square patches).
         path: destination `.png`.
         overwrite: replace an existing file (default True; never a folder).
 
@@ -606,9 +608,14 @@ def plot_masked_patch_prediction(result, path, overwrite=True):
     if len(shape) != 4 or shape[0] == 0 or shape[-1] not in (1, 3) or any(p.shape != shape for p in panels):
         raise ValueError("`result`'s images, corrupted, predicted and true must all be (batch >= 1, H, W, 1 or 3). "
                          f"Received shapes {[p.shape for p in panels]}")
+    kind = result.get("corruption")
+    kind = None if kind is None else np.asarray(kind)
+    if kind is not None and (kind.ndim != 2 or len(kind) != shape[0] or shape[1] * shape[2] % max(kind.shape[1], 1)):
+        raise ValueError(f"`result['corruption']` must be (batch, num_patches) for images of shape {shape}. "
+                         f"Received shape {kind.shape}")
     plt = _pyplot()
     n = shape[0]
-    titles = ("image", "corrupted input", "predicted mean colour", "true mean colour")
+    titles = ("image", "corrupted", "predicted", "true")
     fig, axes = plt.subplots(4, n, figsize=(1.3 * n + 1.2, 5.6), squeeze=False)
     for r, (panel, title) in enumerate(zip(panels, titles)):
         for i in range(n):
@@ -617,6 +624,12 @@ def plot_masked_patch_prediction(result, path, overwrite=True):
                               interpolation="nearest")
             axes[r, i].set_xticks([])
             axes[r, i].set_yticks([])
+            if kind is not None and r > 0:  # outline the corrupted patches (square cells, row-major)
+                cell = int(round(np.sqrt(shape[1] * shape[2] / kind.shape[1])))
+                for index in np.flatnonzero(kind[i]):
+                    row, col = divmod(int(index), shape[2] // cell)
+                    axes[r, i].add_patch(plt.Rectangle((col * cell - 0.5, row * cell - 0.5), cell, cell, fill=False,
+                                                       edgecolor="tab:orange", linewidth=0.8))
         axes[r, 0].set_ylabel(title, fontsize=8)
     fig.suptitle(f"Masked patch prediction: mean-colour accuracy {result['accuracy']:.1%} over the corrupted patches",
                  fontsize=9)

@@ -267,4 +267,7 @@ def test_masked_patch_prediction_refuses_bad_input(pretraining_model, tmp_path):
         vit_inspect.masked_patch_prediction(pretraining_model, _images(1), seed=-1)
     with pytest.raises(ValueError, match="`result` must be the dict of masked_patch_prediction"):
         vit_inspect.plot_masked_patch_prediction({"images": np.zeros((1, 4, 4, 3))}, tmp_path / "x.png")
+    r = vit_inspect.masked_patch_prediction(pretraining_model, _images(1))
+    with pytest.raises(ValueError, match=r"`result\['corruption'\]` must be \(batch, num_patches\)"):
+        vit_inspect.plot_masked_patch_prediction({**r, "corruption": r["corruption"][:, :5]}, tmp_path / "y.png")
     assert not list(tmp_path.iterdir())
