@@ -20,7 +20,7 @@ def load(name):
 
 def test_every_example_has_a_smoke_test():
     tested = {"build_and_predict", "finetune_image_folder", "finetune_tfds", "finetune_pretrained",
-              "inspect_attention", "position_embedding_ablation"}
+              "inspect_attention", "position_embedding_ablation", "masked_patch_pretraining"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -132,3 +132,52 @@ def test_position_embedding_ablation_writes_both_tables(tmp_path, capsys):
 
     several = module._summary([0.5, 0.7, 0.6])  # what --seeds 3 reports
     np.testing.assert_allclose([several[k] for k in ("mean", "std", "min", "max")], [0.6, 0.1, 0.5, 0.7])
+
+
+def test_masked_patch_pretraining_compares_pretrained_and_scratch_on_the_same_steps(tmp_path, capsys):
+    import json
+
+    import keras
+    import matplotlib.image
+
+    from keras_vit import data
+
+    module = load("masked_patch_pretraining")
+    with pytest.raises(SystemExit):
+        module.main(["--corruption-rate", "1", "--output-dir", str(tmp_path)])
+    assert "--corruption-rate must be in (0, 1). Received: 1.0" in capsys.readouterr().err
+    # Pre-training moves the weights far (Adam, 0.01); fine-tuning barely (1e-4): a run that started from the
+    # backbone ends near it, one from scratch does not.
+    results = module.main(["--seeds", "1", "--pretrain-epochs", "1", "--finetune-epochs", "1", "--hidden-size", "32",
+                           "--num-layers", "1", "--num-heads", "2", "--mlp-dim", "64", "--batch-size", "128",
+                           "--pretrain-learning-rate", "0.01", "--finetune-learning-rate", "1e-4", "--no-xla",
+                           "--output-dir", str(tmp_path)])
+    assert json.loads((tmp_path / "masked_patch_pretraining.json").read_text()) == json.loads(json.dumps(results))
+    markdown = (tmp_path / "masked_patch_pretraining.md").read_text()
+    assert markdown == module.table(results) and markdown in capsys.readouterr().out
+    assert [line.split(" | ")[0] for line in markdown.splitlines()[2:4]] == ["| 10%", "| 100%"]
+
+    (_, y_train), (_, y_val), _ = data.load_digits()
+    images = np.concatenate([x for x, _ in data.digits("validation", image_size=16, batch_size=512)])
+    backbone = str(tmp_path / "seed_0" / "pretrain" / "backbone.keras")
+    assert list(results["runs"]) == ["0.1", "1.0"]
+    for fraction, by_init in results["runs"].items():
+        scratch, pretrained = by_init["scratch"][0], by_init["pretrained"][0]
+        # The same labels and steps for both: 12 steps of 128 on all 1,437 labels, 6 two-step epochs on 10% (144).
+        subset = len(data.stratified_subset(y_train, float(fraction), seed=0))
+        assert scratch["num_train_images"] == pretrained["num_train_images"] == subset
+        assert scratch["steps"] == pretrained["steps"] == 12
+        assert pretrained["init_from"] == backbone and scratch["init_from"] is None
+        assert pretrained["distance_to_backbone"] < 0.1 * scratch["distance_to_backbone"]
+        for run in (scratch, pretrained):
+            model = keras.saving.load_model(pathlib.Path(run["output_dir"]) / "model.keras")
+            recomputed = np.mean(np.argmax(model.predict(images, verbose=0), axis=-1) == y_val)
+            assert 0 <= run["accuracy"] <= 1 and abs(run["accuracy"] - recomputed) <= 1 / 360 + 1e-6
+        summary = results["summary"][fraction]
+        assert summary["scratch"]["mean"] == scratch["accuracy"] and summary["pretrained"]["std"] is None
+        np.testing.assert_allclose(summary["gain_points"]["mean"], 100 * (pretrained["accuracy"] - scratch["accuracy"]))
+    pre = results["pretraining"][0]
+    assert 0 <= pre["mean_color_accuracy"] <= 1 and np.isfinite(pre["loss"])
+    assert 0 < results["pretraining_summary"]["mean_color_majority_baseline"] < 1
+    figure = matplotlib.image.imread(results["figure"]["path"])
+    assert figure.shape[0] > 200 and figure.std() > 0 and 0 <= results["figure"]["mean_color_accuracy"] <= 1
