@@ -38,8 +38,10 @@ import re
 import sys
 import tempfile
 
-PROGRAMS = ("keras-vit-train", "keras-vit-export", "keras-vit-convert")  # console scripts in setup.cfg
-MODULES = ("keras_vit.train", "export", "export.__main__", "keras_vit.weights.convert")  # python -m ...
+PROGRAMS = ("keras-vit-train", "keras-vit-export", "keras-vit-convert", "keras-vit-pretrain")  # setup.cfg scripts
+# python -m MODULE -> the program it runs
+MODULES = {"keras_vit.train": "keras-vit-train", "export": "keras-vit-export", "export.__main__": "keras-vit-export",
+           "keras_vit.weights.convert": "keras-vit-convert", "keras_vit.pretrain": "keras-vit-pretrain"}
 
 _ABSL = rb"[IWEF]\d{4} \d\d:\d\d:[\d.]+ +\d+ "  # absl's prefix: level, date, time, thread id
 NOISE = (
@@ -82,8 +84,7 @@ def cli_name(argv=None, orig_argv=None):
     if argv[0] == "-m" and len(orig_argv) >= len(argv):
         module = orig_argv[len(orig_argv) - len(argv)]  # the program's arguments follow MODULE
         module = module[2:] if module.startswith("-m") else module  # "-mMODULE" or "MODULE" after "-m"
-        if module in MODULES:
-            return {"keras_vit.train": PROGRAMS[0], "keras_vit.weights.convert": PROGRAMS[2]}.get(module, PROGRAMS[1])
+        return MODULES.get(module)
     return None
 
 

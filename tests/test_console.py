@@ -73,6 +73,8 @@ def test_capture_of_file_descriptor_2_writes_back_all_but_the_noise(capfd):
         (["-m", "m.keras"], ["python", "-m", "export", "m.keras"], "keras-vit-export"),
         (["-m"], ["python", "-mexport.__main__"], "keras-vit-export"),
         (["-m", "a.npz"], ["python", "-m", "keras_vit.weights.convert", "a.npz"], "keras-vit-convert"),
+        (["-m"], ["python", "-m", "keras_vit.pretrain"], "keras-vit-pretrain"),
+        (["/venv/bin/keras-vit-pretrain"], ["python", "/venv/bin/keras-vit-pretrain"], "keras-vit-pretrain"),
         (["-m", "x"], ["python", "-m", "keras_vit.inspect", "x"], None),  # another module of the package
         (["-m", "tests"], ["python", "-m", "pytest", "tests"], None),
         (["/venv/bin/pytest", "tests"], ["python", "/venv/bin/pytest", "tests"], None),
@@ -168,3 +170,16 @@ def test_verbose_2_shows_tensorflow_unfiltered(tmp_path):
     if not _console.nvidia_driver_present():
         raw.append("failed call to cuInit")
     assert [line for line in raw if line not in output] == [], output[-3000:]
+
+
+def test_every_console_script_and_its_module_are_known():
+    """A command missing from PROGRAMS/MODULES prints TensorFlow's start-up noise (keras-vit-pretrain did at first)."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(os.path.join(os.path.dirname(__file__), "..", "setup.cfg"))
+    scripts = dict(line.split(" = ") for line in config["options.entry_points"]["console_scripts"].strip().splitlines())
+    assert sorted(scripts) == sorted(_console.PROGRAMS)
+    for program, target in scripts.items():
+        module = target.split(":")[0]
+        assert _console.MODULES[module] == program
