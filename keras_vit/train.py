@@ -40,7 +40,7 @@ import os
 import sys
 import time
 
-from keras_vit import _console, _files
+from keras_vit import _console, _files, _init_from
 
 DEFAULTS = {
     "image_size": 16,
@@ -313,106 +313,6 @@ def _backed_up_epoch(backup_dir):
         return 0
 
 
-def _load_saved_model(path):
-    """Loads a keras_vit model from a .keras file (uncompiled); ValueError naming the file otherwise."""
-    import keras
-
-    import keras_vit  # noqa: F401 (registers keras_vit's layers and optimizers)
-    from keras_vit.layers import PatchEncoder
-
-    try:
-        model = keras.saving.load_model(path, compile=False)
-    except Exception as e:  # not a zip, not a Keras model, an unknown layer
-        raise ValueError(
-            f"--init-from {path!r} could not be loaded as a Keras model: {type(e).__name__}: {str(e)[:300]}"
-        ) from None
-    encoder = {layer.name: layer for layer in getattr(model, "layers", [])}.get("patch_encoder")
-    if not isinstance(model, keras.Model) or not isinstance(encoder, PatchEncoder):
-        raise ValueError(f"--init-from {path!r} is not a keras_vit Vision Transformer (no 'patch_encoder' layer)")
-    return model
-
-
-def _saved_image_size(model, image_size, path):
-    """The training image size: --image-size, else the saved model's (its table grid's for any resolution)."""
-    from keras_vit.models.resnet import output_stride
-    from keras_vit.weights.loader import resnet_num_layers
-
-    _, height, width, channels = model.input_shape
-    if channels != 3:
-        raise ValueError(f"--init-from {path!r} takes {channels}-channel images; keras-vit-train's data are RGB (3)")
-    stages = resnet_num_layers(model)
-    cell = model.get_layer("patches").patch_size * (output_stride(stages) if stages else 1)
-    if image_size is not None:
-        if image_size % cell:
-            raise ValueError(
-                f"--image-size must be a multiple of {cell} px, the patch size"
-                + (f" ({cell // output_stride(stages)}) x the ResNet's stride ({output_stride(stages)})" if stages else "")
-                + f" of --init-from {path}. Received: {image_size}"
-            )
-        return image_size
-    rows, cols = model.get_layer("patch_encoder").grid_size or (None, None)
-    height = rows * cell if height is None else height
-    width = cols * cell if width is None else width
-    return height if height == width else (height, width)
-
-
-def _fine_tuning_model(model, image_size, classes, precision):
-    """The saved model at `image_size`, in `precision`, with a head of `classes` (paper Sec. 3.2)."""
-    import keras
-
-    import keras_vit
-    from keras_vit.layers import SequencePooling
-
-    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    shape = tuple(model.input_shape[1:3])
-    encoder = model.get_layer("patch_encoder")
-    if None not in shape and shape != size:
-        model = keras_vit.resize(model, (*size, 3))
-        kind = encoder.position_embedding_kind
-        how = f"resampled once ({encoder.interpolation})" if kind.startswith("learned") else "need no resampling"
-        print(f"--init-from: {model.name} resized from {shape[0]}x{shape[1]} to {size[0]}x{size[1]} px "
-              f"(keras_vit.resize); its {kind} position embeddings {how}")
-    model = _with_policy(model, precision)
-    layers = {layer.name: layer for layer in model.layers}
-    head = layers.get("predictions")
-    if head is not None and getattr(head, "units", None) == classes:
-        return model
-    if "pooling" in layers:
-        features = layers["pooling"].output
-    else:  # a backbone: pool as a classifier of its kind would
-        class_token = layers["patch_encoder"].class_token
-        features = SequencePooling("token" if class_token else "avg", class_token=class_token, name="pooling")(
-            model.outputs[0])
-    activation = None if head is None else head.activation
-    outputs = keras.layers.Dense(
-        classes, kernel_initializer="zeros", activation=activation, dtype="float32", name="predictions"
-    )(features)
-    print(f"--init-from: new zero-initialised head of {classes} classes "
-          + ("(the model had none" if head is None else f"(the saved head has {getattr(head, 'units', '?')}")
-          + ("; pre_logits dropped)" if "pre_logits" in layers else ")"))
-    return keras.Model(model.inputs, outputs, name=model.name)
-
-
-def _with_policy(model, precision):
-    """The model with every layer but the float32 head computing under the `precision` dtype policy."""
-    import keras
-
-    def wanted(name):
-        return "float32" if name == "predictions" else precision
-
-    layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
-    if all(layer.dtype_policy.name == wanted(layer.name) for layer in layers):
-        return model
-    config = model.get_config()
-    for layer in config["layers"]:
-        if layer["class_name"] != "InputLayer":
-            layer["config"]["dtype"] = wanted(layer["name"])
-    rebuilt = keras.Model.from_config(config)
-    rebuilt.set_weights(model.get_weights())
-    print(f"--init-from: {model.name} computes under the {precision} dtype policy (--precision)")
-    return rebuilt
-
-
 def _check_run_args(args, final_name):
     """Checks the data, training and output flags of a run before any work; returns the warm-up in epochs.
 
@@ -540,8 +440,8 @@ def run(args):
     saved = None
     if args.init_from is not None:
         with strategy.scope():
-            saved = _load_saved_model(args.init_from)
-        image_size = _saved_image_size(saved, image_size, args.init_from)
+            saved = _init_from.load_saved_model(args.init_from)
+        image_size = _init_from.saved_image_size(saved, image_size, args.init_from)
     train, val = _load_data(args, image_size, args.batch_size)
     if args.strategy != "default":
         train, val = distribute.shard(train), distribute.shard(val)
@@ -558,7 +458,7 @@ def run(args):
     total_steps = args.epochs * steps_per_epoch
     with strategy.scope():  # model, optimizer and metrics live on the strategy's devices
         if saved is not None:
-            model = _fine_tuning_model(saved, image_size, classes, args.precision)
+            model = _init_from.fine_tuning_model(saved, image_size, classes, args.precision)
         elif args.variant:
             model = getattr(keras_vit, args.variant)(**common)
         else:
