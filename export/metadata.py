@@ -8,7 +8,8 @@ Its extension needs the Debian package `libusb-1.0-0`.
 
 import json
 import os
-import tempfile
+
+from keras_vit import _files
 
 # preprocess_input's scaling, (x - 127.5) / 127.5, as the metadata's normalization options.
 NORM_MEAN = 127.5
@@ -87,7 +88,7 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
         color_space_type=schema.ColorSpaceType.RGB,
         tensor_type=writer_utils.get_input_tensor_types(buffer)[0],
     )
-    with tempfile.TemporaryDirectory(prefix="keras_vit_labels_") as work:
+    with _files.temporary_directory("keras_vit_labels_") as work:
         label_path = os.path.join(work, LABEL_FILE)
         with open(label_path, "w") as f:
             f.write("\n".join(labels) + "\n")

@@ -24,9 +24,10 @@ symbolic shape inference", docs/traps.md).
 """
 
 import os
-import tempfile
 
 import numpy as np
+
+from keras_vit import _files
 
 ONNX_QUANTIZATIONS = ("float32", "dynamic_int8", "int8")
 # Static int8, measured with `python -m benchmarks.onnx_int8` (the tests' trained 16 px ViT on 360 held-out digits;
@@ -110,7 +111,7 @@ def quantize(content, quantization, samples=None, per_channel=PER_CHANNEL, prepr
         raise ValueError(f"`quantization` must be 'dynamic_int8' or 'int8'. Received: quantization={quantization!r}")
     if quantization == "int8" and (samples is None or len(samples) == 0):
         raise ValueError("quantization='int8' needs calibration images (representative_data)")
-    with tempfile.TemporaryDirectory(prefix="onnx-quant-") as work:
+    with _files.temporary_directory("onnx-quant-") as work:
         source, prepared, target = (os.path.join(work, n) for n in ("float.onnx", "pre.onnx", "int8.onnx"))
         with open(source, "wb") as f:
             f.write(content)

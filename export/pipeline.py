@@ -278,25 +278,33 @@ def export_all(
     started = time.perf_counter()
     model, resized_from = _at_size(model, size)
     graph_size = size if size != "dynamic" and is_dynamic(model) else None
-    # one float32 trace for every artifact (a model of any resolution: dynamic height and width)
-    with ServingGraph(model, include_preprocessing, scores=scores, image_size=graph_size) as graph:
-        if graph.source_policy != "float32":
-            print(f"the model was trained under the dtype policy {graph.source_policy!r}: exporting and verifying "
-                  "the float32 computation of its weights", flush=True)
-        report = _export_verified(graph, batch_size, output_dir, planned, calibration_data, labels, int8_io_type, opset,
-                                  overwrite, measure_latency, mediapipe, tflite_dynamic_size=size == "dynamic")
-    if resized_from is not None:
-        report["resized_from"] = list(resized_from)
-    report["export_time_s"] = round(time.perf_counter() - started, 1)
-    if profile:
-        from export.profile import tflite_profile
+    # From the first artifact moved into place until report.json lands, a SIGTERM (under the CLI's
+    # exit_on_sigterm) removes the artifacts and labels.txt too: a killed export leaves no files without a report.
+    finals = [*targets, os.path.join(output_dir, "labels.txt")]
+    try:
+        # one float32 trace for every artifact (a model of any resolution: dynamic height and width)
+        with ServingGraph(model, include_preprocessing, scores=scores, image_size=graph_size) as graph:
+            if graph.source_policy != "float32":
+                print(f"the model was trained under the dtype policy {graph.source_policy!r}: exporting and "
+                      "verifying the float32 computation of its weights", flush=True)
+            report = _export_verified(graph, batch_size, output_dir, planned, calibration_data, labels, int8_io_type,
+                                      opset, overwrite, measure_latency, mediapipe,
+                                      tflite_dynamic_size=size == "dynamic")
+        if resized_from is not None:
+            report["resized_from"] = list(resized_from)
+        report["export_time_s"] = round(time.perf_counter() - started, 1)
+        if profile:
+            from export.profile import tflite_profile
 
-        for row in report["artifacts"]:
-            if row["format"] == "tflite" and row["passed"]:
-                row["profile"] = tflite_profile(row["path"], num_threads=1, measure_latency=measure_latency)
-    with _files.staged(os.path.join(output_dir, "report.json"), overwrite) as tmp:
-        with open(tmp, "w") as f:
-            json.dump(report, f, indent=2)
+            for row in report["artifacts"]:
+                if row["format"] == "tflite" and row["passed"]:
+                    row["profile"] = tflite_profile(row["path"], num_threads=1, measure_latency=measure_latency)
+        with _files.staged(os.path.join(output_dir, "report.json"), overwrite) as tmp:
+            with open(tmp, "w") as f:
+                json.dump(report, f, indent=2)
+    finally:
+        for path in finals:
+            _files.untrack(path)
     failed = [f"{r['name']}: {'; '.join(r['failures'])}" for r in report["artifacts"] if not r["passed"]]
     if failed:
         hint = ""
@@ -378,6 +386,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
         for row in results + errors:
             final = os.path.join(output_dir, row["name"])
             if row["passed"]:
+                _files.track(final)  # removed by a SIGTERM until report.json lands (export_all)
                 _files.promote(row["path"], final, overwrite)
             elif overwrite:  # asked to replace it, and the new one failed: no older file stays under its name
                 _files.remove(final)
@@ -399,6 +408,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             "labelled": eval_labels is not None,
             "artifacts": results + errors,
         }
+        _files.track(os.path.join(output_dir, "labels.txt"))  # as the artifacts (export_all)
         with _files.staged(os.path.join(output_dir, "labels.txt"), overwrite) as tmp:
             with open(tmp, "w") as f:
                 f.write("\n".join(label_names) + "\n")

@@ -13,6 +13,8 @@ import threading
 
 # The temporary paths this process is writing; a SIGTERM removes them before the process exits.
 _LIVE = set()
+# exit_on_sigterm's handler: how many sigterm_deferred blocks are open, and the signal that waits for them.
+_SIGTERM = {"deferring": 0, "pending": None}
 
 
 def check_target(path, overwrite):
@@ -61,6 +63,21 @@ def track(path):
 
 
 @contextlib.contextmanager
+def temporary_directory(prefix):
+    """`tempfile.TemporaryDirectory(prefix=prefix)` whose folder a SIGTERM removes too (`track`); yields its path."""
+    work = track(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield work
+    finally:
+        remove(work)
+
+
+def untrack(path):
+    """Forgets a path `track` registered (it stays on disk)."""
+    _LIVE.discard(path)
+
+
+@contextlib.contextmanager
 def exit_on_sigterm():
     """While the block runs, a SIGTERM (a job scheduler's kill) removes every temporary path and exits 143.
 
@@ -78,19 +95,44 @@ def exit_on_sigterm():
         return
 
     def handler(signum, frame):
-        for path in list(_LIVE):
-            with contextlib.suppress(OSError):
-                remove(path)
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(128 + signum)
+        if _SIGTERM["deferring"]:
+            _SIGTERM["pending"] = signum
+        else:
+            _terminate(signum)
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        _SIGTERM["pending"] = None
+
+
+def _terminate(signum):
+    for path in list(_LIVE):
+        with contextlib.suppress(OSError):
+            remove(path)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(128 + signum)
+
+
+@contextlib.contextmanager
+def sigterm_deferred():
+    """A SIGTERM that arrives while the block runs (under `exit_on_sigterm`) takes effect when the block ends.
+
+    For a run's last writes (a model and its metrics): a kill between them
+    would leave a model without its metrics, while the backup to resume
+    from is already gone. The block should take seconds, not minutes.
+    """
+    _SIGTERM["deferring"] += 1
+    try:
+        yield
+    finally:
+        _SIGTERM["deferring"] -= 1
+        if not _SIGTERM["deferring"] and _SIGTERM["pending"] is not None:
+            _terminate(_SIGTERM["pending"])
 
 
 def _default_permissions(path):

@@ -178,11 +178,12 @@ def run(args):
     }
     if not chief:
         return metrics
-    _atomic_write(os.path.join(out, "backbone.keras"), model.backbone.save)
-    _atomic_write(os.path.join(out, "pretraining.weights.h5"), model.save_weights)
-    _write_json(os.path.join(out, "history.json"), hist)
-    _write_json(os.path.join(out, "metrics.json"), metrics)
-    _plot_history(os.path.join(out, "loss_curve.png"), hist, keys=("loss", *accuracy[:1]))
+    with _files.sigterm_deferred():  # a SIGTERM here waits: never a backbone.keras without its metrics
+        _atomic_write(os.path.join(out, "backbone.keras"), model.backbone.save)
+        _atomic_write(os.path.join(out, "pretraining.weights.h5"), model.save_weights)
+        _write_json(os.path.join(out, "history.json"), hist)
+        _write_json(os.path.join(out, "metrics.json"), metrics)
+        _plot_history(os.path.join(out, "loss_curve.png"), hist, keys=("loss", *accuracy[:1]))
     return metrics
 
 

@@ -488,10 +488,11 @@ def run(args):
     }
     if not chief:
         return metrics
-    _atomic_write(model_path, model.save)
-    _write_json(os.path.join(out, "history.json"), hist)
-    _write_json(os.path.join(out, "metrics.json"), metrics)
-    _plot_history(os.path.join(out, "training_curve.png"), hist)
+    with _files.sigterm_deferred():  # a SIGTERM here waits: never a model.keras without its metrics
+        _atomic_write(model_path, model.save)
+        _write_json(os.path.join(out, "history.json"), hist)
+        _write_json(os.path.join(out, "metrics.json"), metrics)
+        _plot_history(os.path.join(out, "training_curve.png"), hist)
     return metrics
 
 

@@ -50,3 +50,30 @@ def test_handler_is_restored_and_paths_are_forgotten(tmp_path):
         assert tmp not in _files._LIVE
     assert signal.getsignal(signal.SIGTERM) is before
     assert (tmp_path / "a.txt").read_text() == "done" and os.listdir(tmp_path) == ["a.txt"]
+
+
+KILLED_WHILE_DEFERRED = r"""
+import os, signal, sys
+from keras_vit import _files
+
+out = sys.argv[1]
+with _files.exit_on_sigterm():
+    with _files.sigterm_deferred():
+        with _files.staged(out + "/model.keras") as tmp:
+            open(tmp, "w").write("model")
+        os.kill(os.getpid(), signal.SIGTERM)  # waits for the block: the metrics still land
+        for _ in range(1000):
+            pass
+        with _files.staged(out + "/metrics.json") as tmp:
+            open(tmp, "w").write("{}")
+        print("WROTE BOTH", flush=True)
+    print("AFTER THE BLOCK", flush=True)
+"""
+
+
+def test_sigterm_in_a_deferred_block_lets_the_block_finish_then_exits_143(tmp_path):
+    run = subprocess.run([sys.executable, "-c", KILLED_WHILE_DEFERRED, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 128 + signal.SIGTERM, run.stderr[-2000:]
+    assert "WROTE BOTH" in run.stdout and "AFTER THE BLOCK" not in run.stdout
+    assert sorted(os.listdir(tmp_path)) == ["metrics.json", "model.keras"]

@@ -209,3 +209,38 @@ def test_digits_calibration_images_are_the_same_every_run(trained_vit):
     np.testing.assert_array_equal(first[0], second[0])
     np.testing.assert_array_equal(first[1], second[1])  # the held-out split, unshuffled as before
     assert len(first[0]) == 64
+
+
+KILLED_WHILE_PROMOTING = r"""
+import os, signal, sys
+from keras_vit import _files
+from export import __main__ as cli
+
+promote, calls = _files.promote, []
+
+def promote_then_die(tmp, path, overwrite=False):
+    promote(tmp, path, overwrite)
+    if os.path.dirname(os.path.abspath(path)) == os.path.abspath(sys.argv[sys.argv.index("--output-dir") + 1]):
+        calls.append(path)  # a final artifact, not a file moved inside the staging folder
+    if len(calls) == 2:  # two artifacts in place, the third and report.json not yet
+        os.kill(os.getpid(), signal.SIGTERM)
+
+_files.promote = promote_then_die
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_while_artifacts_move_into_place_leaves_none_of_them(trained_vit, tmp_path):
+    """A fresh-user review: a kill between the artifacts' moves left some verified files and no report.json."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "export"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    run = subprocess.run([sys.executable, "-c", KILLED_WHILE_PROMOTING, trained_vit[1], "--formats", "saved_model,onnx",
+                          "--onnx-quantization", "float32,dynamic_int8", "--output-dir", str(out), "--no-latency"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 128 + signal.SIGTERM, run.stderr[-3000:]
+    assert "verifying 3 artifacts" in run.stdout
+    assert os.listdir(out) == []
