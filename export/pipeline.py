@@ -319,8 +319,14 @@ def _at_size(model, size):
     """`(model, None)`, or for a fixed-size model and another `size` `(keras_vit.resize(model, size), its old size)`."""
     if size is None or size == "dynamic" or is_dynamic(model) or tuple(size) == model_image_shape(model)[:2]:
         return model, None
+    from keras_vit.layers import PatchEncoder
     from keras_vit.resize import resize
 
+    if not any(isinstance(layer, PatchEncoder) for layer in getattr(model, "layers", [])):
+        raise ValueError(
+            f"image_size (--image-size) {size[0]},{size[1]} resizes a keras_vit ViT itself, and {model.name!r} holds "
+            "one nested inside it: export it at its own size, or resize the ViT (keras_vit.resize) and nest it again"
+        )
     old = model_image_shape(model)
     print(f"resizing {model.name!r} from {old[0]}x{old[1]} to {size[0]}x{size[1]} (keras_vit.resize)", flush=True)
     return resize(model, (*size, old[2])), old[:2]

@@ -24,6 +24,7 @@ import tempfile
 import zipfile
 
 from keras_vit import _files
+from keras_vit._validation import is_int
 
 INPUT_NAME = "images"
 OUTPUT_NAME = "predictions"
@@ -426,6 +427,7 @@ class ServingGraph:
 
     Raises:
         ValueError: the model has no single image input of known channels,
+            does not output one vector per image (a token sequence),
             holds Keras-quantised layers, or its head cannot give `scores`;
             an `image_size` other than a fixed-size model's own.
     """
@@ -433,6 +435,13 @@ class ServingGraph:
     def __init__(self, model, include_preprocessing=False, batch_size=None, scores="probabilities", image_size=None,
                  dynamic_size=True):
         self._work = None  # first: `__del__` runs even when a check below raises
+        if len(model.output_shape) != 2 or not is_int(model.output_shape[-1]):
+            raise ValueError(
+                f"the model outputs {tuple(model.output_shape)}: export needs one vector per image, (batch, classes) "
+                "or (batch, features). A backbone built with include_top=False and pooling=None (such as "
+                "keras-vit-pretrain's backbone.keras) outputs its token sequence: fine-tune it first (keras-vit-train "
+                "--init-from) or build it with pooling='token' or 'gap'"
+            )
         size = parse_image_size(image_size, model) if image_size is not None else default_image_size(model)
         if size == "dynamic":
             raise ValueError("ServingGraph takes image_size=(height, width); ask for dynamic .tflite files with "

@@ -7,6 +7,8 @@ the saved one does not have the data's class count. Every change is printed
 in one line. Errors are ValueErrors that name the flag, so the CLI exits 2.
 """
 
+import zipfile
+
 
 def load_saved_model(path):
     """Loads a keras_vit model from a .keras file (uncompiled); ValueError naming the file otherwise."""
@@ -15,6 +17,8 @@ def load_saved_model(path):
     import keras_vit  # noqa: F401 (registers keras_vit's layers and optimizers)
     from keras_vit.layers import PatchEncoder
 
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"--init-from {path!r} is not a Keras .keras model file (a .keras file is a zip archive)")
     try:
         model = keras.saving.load_model(path, compile=False)
     except Exception as e:  # not a zip, not a Keras model, an unknown layer
@@ -23,7 +27,12 @@ def load_saved_model(path):
         ) from None
     encoder = {layer.name: layer for layer in getattr(model, "layers", [])}.get("patch_encoder")
     if not isinstance(model, keras.Model) or not isinstance(encoder, PatchEncoder):
-        raise ValueError(f"--init-from {path!r} is not a keras_vit Vision Transformer (no 'patch_encoder' layer)")
+        nested = any(isinstance(layer, keras.Model) and "patch_encoder" in {sub.name for sub in layer.layers}
+                     for layer in getattr(model, "layers", []))
+        raise ValueError(
+            f"--init-from {path!r} is not a keras_vit Vision Transformer (no 'patch_encoder' layer"
+            + (f"; it holds one nested inside {model.name!r}: save the ViT itself)" if nested else ")")
+        )
     return model
 
 

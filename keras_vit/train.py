@@ -197,7 +197,11 @@ def _model_config(args):
         return {}, 224 if args.image_size is None else args.image_size
     config = {k: v for k, v in DEFAULTS.items() if k != "image_size"}
     config.update(explicit)
-    return config, DEFAULTS["image_size"] if args.image_size is None else args.image_size
+    image_size = DEFAULTS["image_size"] if args.image_size is None else args.image_size
+    if config["patch_size"] >= 1 and image_size % config["patch_size"]:
+        raise ValueError(f"--image-size must be a multiple of --patch-size. Received: --image-size {image_size}, "
+                         f"--patch-size {config['patch_size']}")
+    return config, image_size
 
 
 def _load_data(args, image_size, batch_size):
@@ -324,6 +328,8 @@ def _check_run_args(args, final_name):
     for name in ("epochs", "batch_size"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1. Received: {getattr(args, name)}")
+    if not args.learning_rate > 0:
+        raise ValueError(f"--learning-rate must be > 0. Received: {args.learning_rate}")
     if not 0 <= args.validation_fraction < 1 or (args.image_folder and args.validation_fraction == 0):
         raise ValueError(f"--validation-fraction must be in (0, 1). Received: {args.validation_fraction}")
     warmup_epochs = 0.06 * args.epochs if args.warmup_epochs is None else args.warmup_epochs

@@ -52,7 +52,8 @@ def test_refuses_to_overwrite_without_flag(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--patch-size", "5"], "multiples of `patch_size`"),
+        (["--patch-size", "5"], "--image-size must be a multiple of --patch-size. Received: --image-size 16, --patch-size 5"),
+        (["--learning-rate", "0"], "--learning-rate must be > 0. Received: 0.0"),
         (["--num-heads", "3"], "`hidden_size` must be divisible by `num_heads`"),
         (["--epochs", "0"], "--epochs must be >= 1"),
         (["--warmup-epochs", "5"], "--warmup-epochs must be in [0, --epochs=2). Received: 5.0"),

@@ -152,12 +152,16 @@ def test_a_missing_or_foreign_file_or_a_bad_size_is_refused(tmp_path, capsys):
 
     dense = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     dense.save(tmp_path / "dense.keras")
+    vit = keras_vit.VisionTransformer(patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16, classes=3,
+                                      input_shape=(16, 16, 3))
+    keras.Sequential([keras.Input((16, 16, 3)), vit], name="outer").save(tmp_path / "nested.keras")
     (tmp_path / "junk.keras").write_bytes(b"not a zip")
     hybrid = tmp_path / "hybrid.keras"
     keras_vit.VisionTransformer(patch_size=1, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16, classes=3,
                                 input_shape=(16, 16, 3), resnet_num_layers=(1, 1)).save(hybrid)
     cases = [(tmp_path / "nope.keras", "no such file"),
-             (tmp_path / "junk.keras", "could not be loaded as a Keras model"),
+             (tmp_path / "junk.keras", "is not a Keras .keras model file (a .keras file is a zip archive)"),
+             (tmp_path / "nested.keras", "nested inside 'outer': save the ViT itself"),
              (tmp_path / "dense.keras", "is not a keras_vit Vision Transformer"),
              ((hybrid, "20"), f"--image-size must be a multiple of 8 px, the patch size (1) x the ResNet's stride (8) "
                               f"of --init-from {hybrid}. Received: 20"),

@@ -244,3 +244,29 @@ def test_sigterm_while_artifacts_move_into_place_leaves_none_of_them(trained_vit
     assert run.returncode == 128 + signal.SIGTERM, run.stderr[-3000:]
     assert "verifying 3 artifacts" in run.stdout
     assert os.listdir(out) == []
+
+
+def test_a_backbone_of_token_sequences_and_a_nested_resize_are_refused_up_front(tmp_path, capsys):
+    """A fresh-user review: a no-top backbone failed every artifact with an IndexError in the comparison, and
+    --image-size on a nested ViT failed inside keras_vit.resize after printing that it was resizing."""
+    import keras
+
+    import keras_vit
+
+    tiny = dict(patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16, input_shape=(16, 16, 3))
+    keras_vit.VisionTransformer(include_top=False, **tiny).save(tmp_path / "backbone.keras")
+    vit = keras_vit.VisionTransformer(classes=3, **tiny)
+    keras.Sequential([keras.Input((16, 16, 3)), vit], name="outer").save(tmp_path / "nested.keras")
+    cases = [
+        ("backbone.keras", [], "the model outputs (None, 17, 16): export needs one vector per image"),
+        ("nested.keras", ["--image-size", "24"], "image_size (--image-size) 24,24 resizes a keras_vit ViT itself, "
+                                                 "and 'outer' holds one nested inside it"),
+    ]
+    for name, flags, message in cases:
+        out = tmp_path / f"export_{name}"
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main([str(tmp_path / name), *flags, "--output-dir", str(out), "--no-latency", "--no-mediapipe"])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+        assert not out.exists() or os.listdir(out) == []
