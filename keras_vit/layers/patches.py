@@ -123,7 +123,9 @@ class ImageSizeCheck(keras.layers.Layer):
     A model of any resolution (`input_shape=(None, None, C)`) learns its
     input size only when called; this layer raises a clear ValueError there,
     before any TensorFlow op runs, instead of a reshape error from deep
-    inside TensorFlow. It adds no op to the graph. For a hybrid the multiple
+    inside TensorFlow. It adds no op to the graph, so a size that is unknown
+    when a graph is traced (a `tf.function` of signature (None, None, None,
+    C)) is not checked: a wrong one then fails in the patches' reshape. For a hybrid the multiple
     is the ResNet's output stride times `patch_size` (paper Sec. 3.1).
 
     Args:
