@@ -414,6 +414,13 @@ def _size_ok(d):
 def _table_grid(position_embedding_grid, input_shape, cell):
     """Returns the (rows, cols) patch grid of the position-embedding tables."""
     grid = check_grid("position_embedding_grid", position_embedding_grid)
+    fixed = tuple(d // cell for d in input_shape[:2] if d is not None)
+    if grid is not None and len(fixed) == 2 and tuple(grid) != fixed:
+        raise ValueError(
+            f"`position_embedding_grid` of a fixed-size model must be its patch grid {fixed} (or None); another "
+            f"table grid needs input_shape=(None, None, {input_shape[2]}), or keras_vit.resize. "
+            f"Received: position_embedding_grid={position_embedding_grid!r}, input_shape={tuple(input_shape)}"
+        )
     if grid is not None:
         return grid
     default = max(DEFAULT_INPUT_SHAPE[0] // cell, 1)

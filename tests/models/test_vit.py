@@ -205,6 +205,7 @@ BAD = [
     ({"position_embedding": "rope"}, r"`position_embedding` must be one of .* Received: position_embedding='rope'"),
     ({"position_embedding_interpolation": "nearest"}, r"Received: position_embedding_interpolation='nearest'"),
     ({"position_embedding_grid": (4, 0)}, r"`position_embedding_grid` must be None or \(rows, cols\)"),
+    ({"position_embedding_grid": (5, 5)}, r"`position_embedding_grid` of a fixed-size model must be its patch grid"),
     ({"input_tensor": keras.Input((16, 16, 1))}, r"`input_tensor` and `input_shape` disagree"),
     ({"input_tensor": np.zeros((2, 16, 16, 3))}, r"`input_tensor` must be a Keras tensor .* Received: input_tensor of type ndarray"),
     ({"input_tensor": keras.Input((16, 16)), "input_shape": None}, r"`input_tensor` must have shape \(batch, height, width, channels\)"),
