@@ -156,11 +156,10 @@ def parse_image_size(value, model, argument="image_size"):
         sizes = [int(v.strip()) if isinstance(v, str) else v for v in items]
     except ValueError:
         sizes = None
-    if (sizes is None or len(sizes) not in (1, 2)
-            or not all(isinstance(s, int) and not isinstance(s, bool) for s in sizes)):
+    if (sizes is None or len(sizes) not in (1, 2) or not all(is_int(s) for s in sizes)):
         raise ValueError(f"{argument} must be H or H,W: one or two ints, multiples of the model's {need}, "
                          f"or 'dynamic'. Received: {argument}={value!r}")
-    height, width = sizes * 2 if len(sizes) == 1 else sizes
+    height, width = [int(s) for s in sizes * 2] if len(sizes) == 1 else [int(s) for s in sizes]  # NumPy ints too
     if any(s < cell or s % cell for s in (height, width)):
         raise ValueError(f"{argument} must be positive multiples of the model's {need} (e.g. {cell * 4}). "
                          f"Received: {argument}={value!r}")

@@ -314,3 +314,14 @@ def test_hybrid_of_any_resolution_exports_with_its_stride(tmp_path):
     images = _images((32, 24, 3))
     np.testing.assert_allclose(serve(images=tf.constant(images))["predictions"].numpy(),
                                _keras_probabilities(model, images), atol=1e-5)
+
+
+def test_parse_image_size_takes_numpy_ints_like_keras_vit_resize(dynamic_vit, trained_vit):
+    """A fresh-user review: image_size=np.int64(32) was refused by export_all while keras_vit.resize took it."""
+    from export.signature import parse_image_size
+
+    assert parse_image_size(np.int64(32), dynamic_vit) == (32, 32)
+    assert parse_image_size((np.int32(20), 24), dynamic_vit) == (20, 24)
+    assert all(type(s) is int for s in parse_image_size((np.int64(24), np.int64(16)), trained_vit[0]))
+    with pytest.raises(ValueError, match="one or two ints"):
+        parse_image_size(np.float32(32), dynamic_vit)
