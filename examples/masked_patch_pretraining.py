@@ -207,10 +207,10 @@ def table(results):
     def cell(s, scale=100, unit="%"):
         text = f"{scale * s['mean']:.2f}{unit}"
         if seeds > 1:
-            text += f" ± {scale * s['std']:.2f} ({scale * s['min']:.2f}-{scale * s['max']:.2f})"
+            text += f" ± {scale * s['std']:.2f} ({scale * s['min']:.2f} to {scale * s['max']:.2f})"
         return text
 
-    spread = f"mean ± std over {seeds} seeds (min-max)" if seeds > 1 else "1 seed"
+    spread = f"mean ± std over {seeds} seeds (min to max)" if seeds > 1 else "1 seed"
     lines = ["| labels | steps | from scratch | pre-trained + fine-tuned | gain (points) |", "|---|---|---|---|---|"]
     for fraction, s in results["summary"].items():
         lines.append(f"| {float(fraction):.0%} | {s['steps']} | {cell(s['scratch'])} | {cell(s['pretrained'])} | "
