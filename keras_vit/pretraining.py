@@ -32,6 +32,8 @@ Example:
 TensorShape([2, 16, 512])
 """
 
+import numbers
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -42,6 +44,14 @@ from keras_vit._validation import check_bool, check_choice, check_positive_int, 
 TARGETS = ("mean_color", "downsized", "full")
 COLOR_LEVELS = 8  # 3 bits per channel (Appendix B.1.2: "3-bit, mean color (i.e., 512 colors in total)")
 DOWNSIZED_SIDE = 4  # the "4 x 4 downsized version of the 16 x 16 patch"
+# Added to 8 x (mean + 1) / 2 before the floor of the "mean_color" level. For images from 8-bit pixels p scaled by
+# p / 127.5 - 1 in float32 (keras_vit.preprocess_input), a mean on a level edge lies exactly on it in real numbers,
+# but each float32 pixel is off by up to 2 ** -23 + 2 ** -25 (< 1.5e-7), so the mean's level by up to 6e-7: without
+# the nudge 10 of 19,200 patches of scikit-learn's two sample images (4-px cells) fell to the level below. The
+# nearest mean off an edge lies 8 / (255 n) levels away for n pixels per patch, more than 2 ** -18 + 6e-7 for
+# n < 6,000 (cells up to 77 px): there the levels are exact. Any other mean within 2 ** -18 of a level below an
+# edge (1e-6 in [-1, 1] units) counts as the level above.
+LEVEL_EPSILON = 2.0**-18
 # Corruption kinds (the `corruption` tensor's values)
 UNTOUCHED, MASKED, REPLACED, KEPT = 0, 1, 2, 3
 # Shares of the corrupted patches (Appendix B.1.2, after BERT, Devlin et al. 2019)
@@ -49,11 +59,34 @@ MASK_SHARE, REPLACE_SHARE = 0.8, 0.1
 
 
 def _check_corruption_rate(corruption_rate):
-    if isinstance(corruption_rate, bool) or not isinstance(corruption_rate, (int, float)) or not 0 < corruption_rate < 1:
+    """Returns `corruption_rate` as a float if it is a real number (NumPy floats too) in (0, 1); else ValueError."""
+    if (
+        isinstance(corruption_rate, (bool, np.bool_))
+        or not isinstance(corruption_rate, numbers.Real)
+        or not 0 < corruption_rate < 1
+    ):
         raise ValueError(
             f"`corruption_rate` must be a float in (0, 1) (the paper uses 0.5). Received: corruption_rate={corruption_rate!r}"
         )
     return float(corruption_rate)
+
+
+def _corrupted_count(rate, num_patches):
+    """k = max(1, floor(rate * N + 0.5)) in float32, as `corruption` computes it in TensorFlow."""
+    return max(1, int(np.floor(np.float32(rate) * np.float32(num_patches) + np.float32(0.5))))
+
+
+def _check_leaves_a_patch(rate, num_patches):
+    """Raises ValueError when `rate` would corrupt all `num_patches` (an int) patches of each image."""
+    count = _corrupted_count(rate, num_patches)
+    if count >= num_patches:
+        raise ValueError(
+            "`corruption_rate` must leave at least one patch of each image untouched (the model predicts the "
+            f"corrupted ones from the others): corruption_rate={rate!r} corrupts {count} of the {num_patches} patches "
+            f"of each image (max(1, {rate!r} x {num_patches} rounded half up)), none untouched. Use a lower rate or "
+            "more patches per image (a larger image or a smaller patch). Received: "
+            f"corruption_rate={rate!r} with {num_patches} patches per image"
+        )
 
 
 def target_size(target, cell_size, channels):
@@ -100,9 +133,12 @@ def patch_targets(images, cell_size, target="mean_color"):
     (arXiv:2010.11929) Sec. 4.6 and Appendix B.1.2.
 
     Targets:
-        "mean_color": each channel's mean over the patch, mapped from
-            [-1, 1] to [0, 1] by (m + 1) / 2, quantised to 8 levels
-            (level = min(floor(8 m01), 7)); the class is
+        "mean_color": each channel's mean over the patch (in float64),
+            mapped from [-1, 1] to [0, 1] by (m + 1) / 2, quantised to 8
+            levels (level = min(floor(8 m01 + 2 ** -18), 7): for images from
+            8-bit pixels scaled as `keras_vit.preprocess_input` does, exactly
+            the level of integer arithmetic, floor(8 sum(p) / (255 n)), for
+            cells up to 77 px, edges included; see `LEVEL_EPSILON`); the class is
             sum_c level_c * 8 ** (C - 1 - c) (the first channel most
             significant): 512 classes for RGB, 8 for one channel.
         "downsized": the patch area-averaged to 4 x 4 pixels (each output
@@ -168,8 +204,11 @@ def patch_targets(images, cell_size, target="mean_color"):
         area = tf.constant(_area_matrix(cell))
         small = tf.einsum("ip,bnpqc,jq->bnijc", area, cells, area)
         return tf.reshape(small, (dims[0], rows * cols, DOWNSIZED_SIDE * DOWNSIZED_SIDE * channels))
-    mean = (tf.reduce_mean(cells, axis=(2, 3)) + 1.0) / 2.0  # (B, N, C) in [0, 1]
-    levels = tf.clip_by_value(tf.cast(tf.floor(mean * COLOR_LEVELS), tf.int32), 0, COLOR_LEVELS - 1)
+    # The mean in float64 (a float32 sum drifts by up to n ulps), its level nudged up by LEVEL_EPSILON so that a
+    # mean exactly on an edge (8 x pixel sum = k x 255 x n) is not read as the level below: see LEVEL_EPSILON.
+    mean = (tf.reduce_mean(tf.cast(cells, tf.float64), axis=(2, 3)) + 1.0) / 2.0  # (B, N, C) in [0, 1]
+    levels = tf.floor(mean * COLOR_LEVELS + LEVEL_EPSILON)
+    levels = tf.clip_by_value(tf.cast(levels, tf.int32), 0, COLOR_LEVELS - 1)
     weights = tf.constant([COLOR_LEVELS ** (channels - 1 - c) for c in range(channels)], tf.int32)
     return tf.reduce_sum(levels * weights, axis=-1)
 
@@ -200,8 +239,11 @@ def corruption(seed, batch_size, num_patches, corruption_rate=0.5):
             stateless random seed.
         batch_size: int >= 1 or scalar int tensor.
         num_patches: int >= 1 or scalar int tensor, N.
-        corruption_rate: float in (0, 1), default 0.5 (the paper's; BERT's
-            0.15 the paper found slightly worse).
+        corruption_rate: real number in (0, 1) (NumPy floats too), default
+            0.5 (the paper's; BERT's 0.15 the paper found slightly worse);
+            it must leave at least one patch of each image untouched
+            (k < N: with N = 16, rates from 0.97 corrupt all 16; with N = 1
+            every rate does).
 
     Returns:
         `(kind, source)`, both int32 `(batch_size, num_patches)`: kind in
@@ -210,8 +252,11 @@ def corruption(seed, batch_size, num_patches, corruption_rate=0.5):
         for every other kind (gathering by `source` is then the identity).
 
     Raises:
-        ValueError: `corruption_rate` not in (0, 1), or a Python int
-            `batch_size` / `num_patches` below 1.
+        ValueError: `corruption_rate` not a real number in (0, 1), or one
+            that corrupts every patch (k >= num_patches) when `num_patches`
+            is an int (with a tensor it is not checked here);
+            `batch_size` / `num_patches` neither a positive int (Python or
+            NumPy) nor an int32 / int64 tensor.
 
     Example:
 
@@ -221,8 +266,12 @@ def corruption(seed, batch_size, num_patches, corruption_rate=0.5):
     """
     rate = _check_corruption_rate(corruption_rate)
     for name, value in (("batch_size", batch_size), ("num_patches", num_patches)):
-        if is_int(value) and value < 1:
+        integer_tensor = isinstance(value, (tf.Tensor, tf.Variable, np.ndarray)) and value.dtype in (
+            tf.int32, tf.int64, np.int32, np.int64)
+        if not integer_tensor and (not is_int(value) or value < 1):
             raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
+    if is_int(num_patches):
+        _check_leaves_a_patch(corruption_rate, int(num_patches))
     seed = tf.convert_to_tensor(seed)
     if not seed.dtype.is_integer or not seed.shape.is_compatible_with((2,)):
         raise ValueError(f"`seed` must be an int tensor of shape (2,). Received: seed={seed!r}")
@@ -265,7 +314,8 @@ def masked_patch_dataset(dataset, cell_size, *, target="mean_color", corruption_
             multiples of `cell_size`.
         cell_size: int >= 1, `backbone_cell_size(backbone)`.
         target: "mean_color" (default), "downsized" or "full".
-        corruption_rate: float in (0, 1), default 0.5.
+        corruption_rate: real number in (0, 1), default 0.5; must leave a
+            patch of each image untouched (see `corruption`).
         seed: int >= 0, default 0.
 
     Returns:
@@ -278,9 +328,13 @@ def masked_patch_dataset(dataset, cell_size, *, target="mean_color", corruption_
 
     Raises:
         ValueError: `dataset` is not a `tf.data.Dataset` of images or
-            (images, labels) of rank 4; an unknown `target`; `cell_size` not
-            a positive int or not dividing a known height or width;
-            `corruption_rate` outside (0, 1); `seed` not an int >= 0.
+            (images, labels) of rank 4; images not of a floating dtype (e.g.
+            uint8 pixels: scale them with `keras_vit.preprocess_input`); an
+            unknown `target`; `cell_size` not a positive int or not dividing
+            a known height or width; `corruption_rate` outside (0, 1), or,
+            when the images' height and width are known, one that corrupts
+            every patch of an image (see `corruption`); `seed` not an
+            int >= 0.
     """
     check_choice("target", target, TARGETS)
     cell = check_positive_int("cell_size", cell_size)
@@ -296,11 +350,20 @@ def masked_patch_dataset(dataset, cell_size, *, target="mean_color", corruption_
             "`dataset` must yield batches of images (batch, height, width, channels) or (images, labels). "
             f"Received: dataset with element_spec={spec}"
         )
+    if not image_spec.dtype.is_floating:
+        raise ValueError(
+            "`dataset`'s images must be floats in [-1, 1], as keras_vit.data yields them (the mean-colour levels "
+            "read [-1, 1]; keras_vit.preprocess_input maps pixels in [0, 255] there). Received: dataset of images "
+            f"of dtype {image_spec.dtype.name}"
+        )
     if any(d is not None and d % cell for d in image_spec.shape[1:3]):
         raise ValueError(
             f"Image height and width must be multiples of cell_size={cell}. Received: dataset of images "
             f"{tuple(image_spec.shape)}"
         )
+    height, width = image_spec.shape[1:3]
+    if height is not None and width is not None:
+        _check_leaves_a_patch(corruption_rate, (height // cell) * (width // cell))
 
     def prepare(element, key):
         images = element[0] if isinstance(element, tuple) else element

@@ -406,3 +406,91 @@ def test_unknown_target_non_vit_backbone_and_bad_arguments_are_refused():
         pretraining.compile_pretraining(_backbone(), total_steps=10)
     with pytest.raises(ValueError, match=r"Received: total_steps=0"):
         pretraining.compile_pretraining(pretraining.MaskedPatchPrediction(_backbone()), total_steps=0)
+
+
+# --- Fresh-user review (issue 14) ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rate,n,count", [(0.5, 1, 1), (0.97, 16, 16), (0.99, 16, 16), (0.2, 2, None)])
+def test_a_rate_that_corrupts_every_patch_is_refused_naming_the_counts(rate, n, count):
+    if (rate, n) == (0.2, 2):  # floor(0.4 + 0.5) = 0 -> at least 1 of 2: allowed
+        assert (pretraining.corruption(np.array([0, 0]), 2, n, rate)[0].numpy() > 0).sum(axis=1).tolist() == [1, 1]
+        return
+    message = rf"corruption_rate={rate} corrupts {count} of the {n} patches of each image.*none untouched"
+    with pytest.raises(ValueError, match=message):
+        pretraining.corruption(np.array([0, 0]), 2, n, corruption_rate=rate)
+    side = 4 * int(math.isqrt(n))  # n patches of a 4-px cell
+    images = tf.data.Dataset.from_tensor_slices(np.zeros((2, side, side, 3), "float32")).batch(2)
+    with pytest.raises(ValueError, match=message):
+        pretraining.masked_patch_dataset(images, 4, corruption_rate=rate)
+    assert (pretraining.corruption(np.array([0, 0]), 2, 16, 0.96)[0].numpy() > 0).sum(axis=1).tolist() == [15, 15]
+
+
+def test_numpy_float_rates_are_accepted_and_non_integer_sizes_refused():
+    for rate in (np.float32(0.5), np.float64(0.5), np.float16(0.5), 0.5):
+        kind, _ = pretraining.corruption(np.array([0, 0]), 2, 16, corruption_rate=rate)
+        assert (kind.numpy() > 0).sum(axis=1).tolist() == [8, 8]
+        images = tf.data.Dataset.from_tensor_slices(np.zeros((2, 8, 8, 3), "float32")).batch(2)
+        assert next(iter(pretraining.masked_patch_dataset(images, 4, corruption_rate=rate)))[2].numpy().sum() == 4
+    with pytest.raises(ValueError, match=r"`corruption_rate` must be a float in \(0, 1\).*Received: corruption_rate=np.True_"):
+        pretraining.corruption(np.array([0, 0]), 2, 16, corruption_rate=np.bool_(True))
+    for name, args in (("batch_size", (2.5, 4)), ("num_patches", (2, 4.0)), ("batch_size", ("2", 4))):
+        with pytest.raises(ValueError, match=rf"`{name}` must be a positive int. Received: {name}="):
+            pretraining.corruption(np.array([0, 0]), *args)
+    kind, _ = pretraining.corruption(np.array([0, 0]), np.int64(3), tf.constant(4))  # NumPy ints and int tensors
+    assert kind.shape == (3, 4)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32"])
+def test_a_dataset_of_non_float_images_is_refused(dtype):
+    images = tf.data.Dataset.from_tensor_slices(np.zeros((2, 8, 8, 3), dtype)).batch(2)
+    with pytest.raises(ValueError, match=rf"images must be floats in \[-1, 1\].*preprocess_input.*dtype {dtype}"):
+        pretraining.masked_patch_dataset(images, 4)
+    labelled = tf.data.Dataset.from_tensor_slices((np.zeros((2, 8, 8, 3), dtype), np.zeros(2, "int32"))).batch(2)
+    with pytest.raises(ValueError, match=r"images must be floats in \[-1, 1\]"):
+        pretraining.masked_patch_dataset(labelled, 4)
+
+
+def test_downsized_target_equals_full_at_a_4_pixel_cell():
+    images = np.random.default_rng(6).uniform(-1, 1, (2, 8, 12, 3)).astype("float32")
+    full = pretraining.patch_targets(images, 4, "full").numpy()
+    np.testing.assert_array_equal(pretraining.patch_targets(images, 4, "downsized").numpy(), full)
+    small = pretraining.patch_targets(images, 2, "downsized").numpy()  # a 2-px cell is upsampled: each pixel 4 times
+    np.testing.assert_array_equal(small.reshape(2, 24, 4, 4, 3)[:, :, ::2, ::2], images.reshape(
+        2, 4, 2, 6, 2, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, 24, 2, 2, 3))
+
+
+def test_a_hybrid_spreads_one_cells_pixels_over_many_tokens_a_pure_vit_over_one():
+    """Measured for the docs: the [mask] replaces a hybrid's token after the ResNet, which has seen the clean image."""
+    rng = np.random.default_rng(7)
+    images = rng.uniform(-1, 1, (1, 32, 32, 3)).astype("float32")
+    changed = images.copy()
+    changed[0, 8:16, 8:16] = rng.uniform(-1, 1, (8, 8, 3))  # cell (1, 1) of an 8-px grid; pure: 4 cells of 4 px
+
+    def tokens_changed(backbone):
+        grid = keras.Model(backbone.inputs[0], backbone.get_layer("patches").output)
+        delta = np.abs(grid(changed).numpy() - grid(images).numpy()).max(axis=-1)[0]
+        return int((delta > 1e-6).sum()), delta.size
+
+    pure = tokens_changed(_backbone(input_shape=(32, 32, 3), patch_size=8))
+    hybrid = tokens_changed(_backbone(input_shape=(32, 32, 3), patch_size=1, resnet_num_layers=(1, 1)))
+    assert pure == (1, 16)
+    assert hybrid == (16, 16)  # GroupNorm's statistics span the image: every token moves
+
+
+def test_mean_color_levels_are_exact_on_real_8_bit_images():
+    """Against integer arithmetic on scikit-learn's sample images: level = floor(8 * sum / (255 * n))."""
+    from sklearn.datasets import load_sample_images
+
+    from keras_vit import preprocess_input
+
+    cell = 4
+    pixels = np.stack([image[:320, :480] for image in load_sample_images().images])  # (2, 320, 480, 3) uint8
+    batch, height, width, channels = pixels.shape
+    sums = pixels.astype(np.int64).reshape(batch, height // cell, cell, width // cell, cell, channels).sum(axis=(2, 4))
+    levels = np.minimum(8 * sums // (255 * cell * cell), 7).reshape(batch, -1, channels)
+    expected = (levels * np.array([64, 8, 1])).sum(-1)
+    on_edge = (8 * sums) % (255 * cell * cell) == 0
+    assert on_edge.sum() > 100  # the case that matters is there
+    got = pretraining.patch_targets(preprocess_input(pixels.astype("float32")), cell).numpy()
+    np.testing.assert_array_equal(got, expected)
