@@ -455,9 +455,9 @@ def test_downsized_target_equals_full_at_a_4_pixel_cell():
     images = np.random.default_rng(6).uniform(-1, 1, (2, 8, 12, 3)).astype("float32")
     full = pretraining.patch_targets(images, 4, "full").numpy()
     np.testing.assert_array_equal(pretraining.patch_targets(images, 4, "downsized").numpy(), full)
-    small = pretraining.patch_targets(images, 2, "downsized").numpy()  # a 2-px cell is upsampled: each pixel 4 times
-    np.testing.assert_array_equal(small.reshape(2, 24, 4, 4, 3)[:, :, ::2, ::2], images.reshape(
-        2, 4, 2, 6, 2, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, 24, 2, 2, 3))
+    small = pretraining.patch_targets(images, 2, "downsized").numpy()  # a 2-px cell is upsampled: 2 x 2 copies
+    cells = images.reshape(2, 4, 2, 6, 2, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, 24, 2, 2, 3)
+    np.testing.assert_allclose(small.reshape(2, 24, 4, 4, 3), cells.repeat(2, axis=2).repeat(2, axis=3), atol=1e-6)
 
 
 def test_a_hybrid_spreads_one_cells_pixels_over_many_tokens_a_pure_vit_over_one():
