@@ -437,9 +437,8 @@ class ServingGraph:
         if len(model.output_shape) != 2 or not is_int(model.output_shape[-1]):
             raise ValueError(
                 f"the model outputs {tuple(model.output_shape)}: export needs one vector per image, (batch, classes) "
-                "or (batch, features). A backbone built with include_top=False and pooling=None (such as "
-                "keras-vit-pretrain's backbone.keras) outputs its token sequence: fine-tune it first (keras-vit-train "
-                "--init-from) or build it with pooling='token' or 'gap'"
+                "or (batch, features). A backbone built with include_top=False and pooling=None outputs its token "
+                "sequence: build it with pooling='token' or 'avg', or fine-tune it first (keras-vit-train --init-from)"
             )
         size = parse_image_size(image_size, model) if image_size is not None else default_image_size(model)
         if size == "dynamic":

@@ -55,8 +55,11 @@ def saved_image_size(model, image_size, path):
             )
         return image_size
     rows, cols = model.get_layer("patch_encoder").grid_size or (None, None)
-    height = rows * cell if height is None else height
-    width = cols * cell if width is None else width
+    if height is None or width is None:
+        height = rows * cell if height is None else height
+        width = cols * cell if width is None else width
+        print(f"--init-from: {model.name} takes any resolution; training at {height}x{width} px, its position "
+              f"table's grid ({rows}x{cols} patches of {cell} px; --image-size sets another)")
     return height if height == width else (height, width)
 
 

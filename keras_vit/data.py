@@ -122,10 +122,20 @@ def stratified_subset(labels, fraction, *, seed=0, class_names=None):
             name = class_names[label] if class_names is not None and label < len(class_names) else int(label)
             raise ValueError(
                 f"labels_fraction={fraction} leaves class {name!r} with no image: round({fraction} x "
-                f"{len(members)}) = 0. Give labels_fraction >= {0.5 / len(members):.3g}, or more images of that class"
+                f"{len(members)}) = 0. Give labels_fraction >= {_smallest_fraction(labels)} (every class then keeps an "
+                f"image), or more images of that class"
             )
         chosen.append(rng.permutation(members)[:keep])
     return np.sort(np.concatenate(chosen)) if chosen else np.zeros((0,), np.int64)
+
+
+def _smallest_fraction(labels):
+    """The smallest labels fraction, rounded up to 3 significant digits, that keeps an image of every class."""
+    import math
+
+    need = 0.5 / np.unique(labels, return_counts=True)[1].min()  # round half up keeps 1 from 0.5 images on
+    scale = 10.0 ** (2 - math.floor(math.log10(need)))
+    return math.ceil(need * scale - 1e-9) / scale
 
 
 def digits(

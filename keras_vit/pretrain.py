@@ -13,9 +13,11 @@ groups, `keras_vit.train`), plus `--target` and `--corruption-rate`, and
 writes to `--output-dir`:
 
     backbone.keras           the pre-trained encoder: a plain keras_vit model
-                             (include_top=False, no [mask] embedding, no
-                             prediction head) for `keras-vit-train --init-from`,
-                             which adds a zero-initialised head
+                             (include_top=False, pooling="token": one feature
+                             vector per image, which keras-vit-export takes;
+                             no [mask] embedding, no prediction head) for
+                             `keras-vit-train --init-from`, which adds a
+                             zero-initialised head
     pretraining.weights.h5   every weight of the pre-training model (backbone,
                              [mask] embedding, prediction head), for
                              `MaskedPatchPrediction(backbone, target).load_weights`
@@ -91,12 +93,17 @@ def build_parser():
 
 
 def _backbone(args, model_config, image_size):
-    """The encoder to pre-train: a keras_vit model without head (include_top=False, sequence output)."""
+    """The encoder to pre-train: a keras_vit model without head (include_top=False), pooled on the class token.
+
+    The pooled output (batch, hidden_size) makes backbone.keras a feature extractor that keras-vit-export takes
+    as it is; pre-training reads the encoder's token sequence (`encoder_norm`) and does not use the pooling.
+    """
     import keras_vit
 
     common = {
         "input_shape": (image_size, image_size, 3),
         "include_top": False,
+        "pooling": "token",
         "dropout_rate": args.dropout_rate or 0.0,
         "stochastic_depth_rate": args.stochastic_depth_rate or 0.0,
         "position_embedding": args.position_embedding or "learned",
@@ -126,7 +133,8 @@ def run(args):
     """
     if not 0 < args.corruption_rate < 1:
         raise ValueError(f"--corruption-rate must be in (0, 1). Received: {args.corruption_rate}")
-    warmup_epochs = _check_run_args(args, "backbone.keras")
+    warmup_epochs = _check_run_args(
+        args, ("backbone.keras", "pretraining.weights.h5", "metrics.json", "history.json", "loss_curve.png"))
     model_config, image_size = _model_config(args)
     out = args.output_dir
 

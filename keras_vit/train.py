@@ -287,8 +287,9 @@ def _check_output_dir(out):
 _ITERATORS_PER_EPOCH = 2  # keras/src/trainers/epoch_iterator.py: one at the end of an epoch, one at the start
 
 
+_RUN_FILE = "run.json"  # the flags of the run a backup belongs to (_check_resumable)
 _BACKUP_FILES = {"latest.weights.h5", "training_metadata.json", "latest.weights.h5.bkp",
-                 "training_metadata.json.bkp"}
+                 "training_metadata.json.bkp", _RUN_FILE}
 
 
 def _check_backup_dir(backup_dir, out):
@@ -308,6 +309,12 @@ def _check_backup_dir(backup_dir, out):
             )
 
 
+def _has_backup(backup_dir):
+    """Whether `backup_dir` holds a BackupAndRestore checkpoint that `model.fit` will restore."""
+    return any(os.path.exists(os.path.join(backup_dir, name)) for name in ("training_metadata.json",
+                                                                          "training_metadata.json.bkp"))
+
+
 def _backed_up_epoch(backup_dir):
     """The epoch a `keras.callbacks.BackupAndRestore` backup in `backup_dir` resumes at (0 without one)."""
     try:
@@ -317,13 +324,19 @@ def _backed_up_epoch(backup_dir):
         return 0
 
 
-def _check_run_args(args, final_name):
+def _check_run_args(args, outputs):
     """Checks the data, training and output flags of a run before any work; returns the warm-up in epochs.
+
+    Args:
+        args: the parsed flags.
+        outputs: the names of the files the run writes to --output-dir,
+            the main one first; none may exist without --overwrite.
 
     Raises:
         ValueError: a flag out of range (named), an output folder that
-            cannot be one, an existing `final_name` there without
-            --overwrite, or a backup folder that holds other files.
+            cannot be one, an existing output there without --overwrite, a
+            backup folder that holds other files, or the backup of an
+            interrupted run of another command (`_check_resumable`).
     """
     for name in ("epochs", "batch_size"):
         if getattr(args, name) < 1:
@@ -337,15 +350,43 @@ def _check_run_args(args, final_name):
         raise ValueError(f"--warmup-epochs must be in [0, --epochs={args.epochs}). Received: {args.warmup_epochs}")
     out = args.output_dir
     _check_output_dir(out)
-    path = os.path.join(out, final_name)
-    if os.path.exists(path) and not args.overwrite:
-        raise ValueError(f"{path} exists; pass --overwrite to replace it")
+    existing = [name for name in outputs if os.path.exists(os.path.join(out, name))]
+    if existing and not args.overwrite:  # another command's files too (keras-vit-pretrain's metrics.json)
+        raise ValueError(f"{os.path.join(out, existing[0])} exists"
+                         + (f" (and {', '.join(existing[1:])})" if existing[1:] else "")
+                         + "; pass --overwrite to replace it, or give another --output-dir")
     if args.backup_every is not None and args.backup_every < 1:
         raise ValueError(f"--backup-every must be >= 1. Received: {args.backup_every}")
     if args.tpu is not None and args.strategy != "tpu":
         raise ValueError(f"--tpu applies to --strategy tpu only. Received: --strategy {args.strategy}")
-    _check_backup_dir(args.backup_dir or os.path.join(out, "backup"), out)
+    backup_dir = args.backup_dir or os.path.join(out, "backup")
+    _check_backup_dir(backup_dir, out)
+    _check_resumable(backup_dir, args)
     return warmup_epochs
+
+
+def _run_config(args):
+    """The flags that define a run, as stored beside its backup: all but --overwrite and --verbose."""
+    return {k: v for k, v in sorted(vars(args).items()) if k not in ("overwrite", "verbose")}
+
+
+def _check_resumable(backup_dir, args):
+    """Refuses to resume a backup that another command left (BackupAndRestore would restore it regardless)."""
+    if not _has_backup(backup_dir):
+        return
+    try:
+        with open(os.path.join(backup_dir, _RUN_FILE)) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return
+    config = json.loads(json.dumps(_run_config(args)))  # the JSON form, as saved (tuples become lists)
+    if saved != config:
+        changed = [k for k in sorted(set(saved) | set(config)) if saved.get(k) != config.get(k)]
+        raise ValueError(
+            f"{backup_dir} holds the backup of an interrupted run of another command ("
+            + ", ".join(f"--{k.replace('_', '-')} {saved.get(k)!r} then, {config.get(k)!r} now" for k in changed[:4])
+            + "): rerun that command to resume it, or delete the folder to start afresh"
+        )
 
 
 def _start(args):
@@ -388,7 +429,14 @@ def _fit(model, train, val, args, strategy, chief):
     # A resumed run restarts at the epoch it was in; advance the pipeline's reshuffling to that epoch, so that
     # it sees the same images in the same order as an uninterrupted run. Creating an iterator is what moves a
     # tf.data reshuffle on (no data is read), and Keras 3.15's fit creates two per epoch (docs/traps.md).
-    for _ in range(_ITERATORS_PER_EPOCH * _backed_up_epoch(backup_dir)):
+    done = _backed_up_epoch(backup_dir)
+    if _has_backup(backup_dir):
+        print(f"resuming the interrupted run backed up in {backup_dir}: {done} of {args.epochs} epochs done",
+              flush=True)
+    else:
+        os.makedirs(backup_dir, exist_ok=True)
+        _write_json(os.path.join(backup_dir, _RUN_FILE), _run_config(args))
+    for _ in range(_ITERATORS_PER_EPOCH * done):
         iter(train)
     start = time.perf_counter()
     # The pipeline shuffles with --seed; Keras' own shuffle does not apply to tf.data.
@@ -432,7 +480,7 @@ def run(args):
         ValueError: a bad argument (names it), or an output folder that
             already holds a model while `args.overwrite` is False.
     """
-    warmup_epochs = _check_run_args(args, "model.keras")
+    warmup_epochs = _check_run_args(args, ("model.keras", "metrics.json", "history.json", "training_curve.png"))
     if not 0 < args.labels_fraction <= 1:
         raise ValueError(f"--labels-fraction must be in (0, 1]. Received: {args.labels_fraction}")
     model_config, image_size = _model_config(args)
@@ -452,6 +500,9 @@ def run(args):
     if args.strategy != "default":
         train, val = distribute.shard(train), distribute.shard(val)
     classes = len(train.class_names)
+    if classes < 2:
+        raise ValueError(f"the training data hold one class ({', '.join(train.class_names)}); a classifier needs at "
+                         "least 2 (keras-vit-pretrain learns from images of one class)")
     common = {
         "input_shape": (image_size, image_size, 3),
         "classes": classes,

@@ -86,8 +86,13 @@ def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     assert not (out / "model.keras").exists()
     assert json.loads(metadata.read_text())["epoch"] in (2, 3)
+    assert json.loads((out / "backup" / "run.json").read_text())["epochs"] == 4  # the flags the backup belongs to
+    other = _train(out, "--epochs", "4", "--batch-size", "16", "--seed", "7")  # another command: refused, kept
+    assert other.returncode == 2 and "holds the backup of an interrupted run of another command (--seed 0 then, " \
+        "7 now): rerun that command to resume it" in other.stderr, other.stderr[-3000:]
     resumed = _train(out, *args)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming the interrupted run backed up in {out / 'backup'}: " in resumed.stdout
     assert not (out / "backup").exists()  # removed once training ended
     history = json.loads((out / "history.json").read_text())
     assert len(history["loss"]) < 4  # only the epochs after the backup were run again

@@ -50,6 +50,11 @@ def test_a_class_left_empty_or_a_bad_fraction_is_refused():
                                          r"Give labels_fraction >= 0.167"):
         data.stratified_subset(labels, 0.1, class_names=["a", "b"])
     assert len(data.stratified_subset(labels, 0.17)) == 4  # 3.4 -> 3 and 0.51 -> 1
+    # the suggestion is the smallest fraction that keeps every class (a review found 0.00352, which emptied another)
+    (_, digits_labels), _, _ = data.load_digits()
+    with pytest.raises(ValueError, match=r"Give labels_fraction >= 0\.0036 \(every class then keeps an image\)"):
+        data.stratified_subset(digits_labels, 0.00352)
+    assert np.bincount(digits_labels[data.stratified_subset(digits_labels, 0.0036)]).min() == 1
     assert len(data.stratified_subset(np.zeros(90, "int32"), 0.35)) == 32  # 31.5 up, though float 0.35 x 90 = 31.4999...
     for bad in (0, 0.0, 1.5, -0.1, True, "0.5"):
         with pytest.raises(ValueError, match=r"`labels_fraction` must be a float in \(0, 1\]"):

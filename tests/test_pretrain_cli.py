@@ -24,7 +24,8 @@ TINY = [*MODEL, "--epochs", "2", "--warmup-epochs", "1", "--batch-size", "128", 
         (["--target", "unknown"], "argument --target: invalid choice: 'unknown' (choose from"),
         (["--epochs", "0"], "--epochs must be >= 1. Received: 0"),
         (["--image-folder", "/nonexistent/photos"], "`directory` must be an existing folder"),
-        (["--patch-size", "5"], "multiples of `patch_size`"),
+        (["--patch-size", "5"], "--image-size must be a multiple of --patch-size. Received: --image-size 16, "
+                                "--patch-size 5"),
         (["--labels-fraction", "0.1"], "unrecognized arguments: --labels-fraction"),  # a keras-vit-train flag
     ],
 )
@@ -85,7 +86,7 @@ out, batch_size = sys.argv[1], int(sys.argv[2])
 metrics = json.load(open(out + "/metrics.json"))
 backbone = keras.saving.load_model(out + "/backbone.keras")
 fresh = keras_vit.VisionTransformer(patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=32,
-                                    input_shape=(16, 16, 3), include_top=False)
+                                    input_shape=(16, 16, 3), include_top=False, pooling="token")
 report = {
     "class": type(backbone).__name__,
     "layers": [layer.name for layer in backbone.layers],
@@ -166,10 +167,10 @@ def test_pretrain_reload_fine_tune_with_a_tenth_of_the_labels_and_export(tmp_pat
                          timeout=600, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout.split("REPORT ", 1)[1])
-    assert report["class"] == "Functional" and report["output_shape"] == [None, 17, 32]
+    assert report["class"] == "Functional" and report["output_shape"] == [None, 32]  # pooled on the class token
     assert report["weights"] == report["fresh_weights"]  # exactly a builder's weights: no [mask], no head
     assert not any("mask" in path for path in report["weights"])
-    assert report["layers"][1:] == ["patches", "patch_encoder", "transformer_block_0", "encoder_norm"]
+    assert report["layers"][1:] == ["patches", "patch_encoder", "transformer_block_0", "encoder_norm", "pooling"]
     assert report["images"] == 360 and report["logits_shape"] == [360, 16, 512] and report["targets_match"]
     assert 360 * 16 * 0.4 < report["corrupted"] < 360 * 16 * 0.6
     # One near-tie may flip between the CLI's compiled (XLA) evaluation and this eager one.
@@ -202,3 +203,10 @@ def test_pretrain_reload_fine_tune_with_a_tenth_of_the_labels_and_export(tmp_pat
     rows = {r["name"]: r for r in export_report["artifacts"]}
     assert set(rows) == {"saved_model", "model_float32.tflite", "model.onnx"}
     assert all(r["passed"] for r in rows.values())
+
+    # 4. The backbone itself exports unchanged (issue 14): a feature extractor, one 32-vector per image.
+    features = tmp_path / "export_backbone"
+    assert export_cli.main([str(out / "backbone.keras"), "--formats", "saved_model,onnx", "--no-latency",
+                            "--output-dir", str(features)]) == 0
+    rows = json.loads((features / "report.json").read_text())["artifacts"]
+    assert [r["name"] for r in rows] == ["saved_model", "model.onnx"] and all(r["passed"] for r in rows)

@@ -183,3 +183,25 @@ def test_the_global_dtype_policy_is_given_back(tmp_path):
     assert train.main([*TINY, "--epochs", "1", "--warmup-epochs", "0", "--precision", "mixed_bfloat16",
                        "--output-dir", str(tmp_path / "run")]) == 0
     assert keras.config.dtype_policy().name == "float32"
+
+
+def test_another_commands_results_and_a_one_class_folder_are_refused(tmp_path, capsys):
+    """A fresh-user review: keras-vit-train replaced keras-vit-pretrain's metrics.json in the same folder without
+    --overwrite, and trained a 'classifier' of one class to a perfect score."""
+    from tests.test_data import _write_image_folder
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.json").write_text('{"mean_color_accuracy": 0.5}')
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*TINY, "--output-dir", str(out)])
+    assert exit_info.value.code == 2
+    assert "metrics.json exists; pass --overwrite to replace it" in capsys.readouterr().err
+    assert (out / "metrics.json").read_text() == '{"mean_color_accuracy": 0.5}'
+    _write_image_folder(tmp_path / "photos")
+    os.rename(tmp_path / "photos" / "flower", tmp_path / "flower")  # one class left
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*TINY, "--image-folder", str(tmp_path / "photos"), "--batch-size", "4",
+                    "--output-dir", str(tmp_path / "one")])
+    assert exit_info.value.code == 2
+    assert "the training data hold one class (china); a classifier needs at least 2" in capsys.readouterr().err

@@ -101,11 +101,14 @@ def test_sincos_2d_trains_then_fine_tunes_at_another_resolution(tmp_path, capsys
         np.testing.assert_allclose(_weights(tuned)[name], value, atol=1e-6, err_msg=name)
 
 
-def test_a_model_of_any_resolution_stays_dynamic_and_trains_at_image_size(tmp_path):
+def test_a_model_of_any_resolution_stays_dynamic_and_trains_at_image_size(tmp_path, capsys):
     import keras
 
     _, path = _saved(tmp_path, input_shape=(None, None, 3), position_embedding_grid=(4, 4))
     out = tmp_path / "run"
+    assert train.main([*FROZEN, "--init-from", path, "--output-dir", str(tmp_path / "default")]) == 0
+    assert "takes any resolution; training at 16x16 px, its position table's grid (4x4 patches of 4 px" in (
+        capsys.readouterr().out)
     assert train.main([*FROZEN, "--init-from", path, "--image-size", "20", "--output-dir", str(out)]) == 0
     tuned = keras.saving.load_model(out / "model.keras")
     assert tuned.input_shape == (None, None, None, 3)
