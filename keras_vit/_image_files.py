@@ -17,7 +17,9 @@ The formats: BMP as in Microsoft's BITMAPINFOHEADER documentation, GIF as in
 the GIF89a specification (graphic control extension, section 23).
 """
 
-import tensorflow as tf
+from keras_vit._backend import tensorflow
+
+tf = tensorflow("Reading image files (keras_vit.data)")
 
 _BMP_STANDARD_MASKS = (0x00FF0000, 0x0000FF00, 0x000000FF)  # R, G, B of a 32-bit BGRA pixel
 _BMP_COMPRESSIONS = {

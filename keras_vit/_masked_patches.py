@@ -14,9 +14,12 @@ module for the method and its limitations.
 import numbers
 
 import numpy as np
-import tensorflow as tf
 
-from keras_vit._validation import check_choice, check_positive_int, is_int
+from keras_vit._backend import tensorflow
+
+tf = tensorflow("Masked patch prediction's data side (keras_vit.pretraining: targets, corruption, tf.data)")
+
+from keras_vit._validation import check_choice, check_positive_int, is_int  # noqa: E402
 
 # "downsized" is the cell area-averaged to 4 x 4 pixels: with a 4-px cell it equals "full"; with cells smaller than
 # 4 px it is upsampled (a 2-px cell's pixels each repeated twice a side), not downsized.

@@ -26,11 +26,13 @@ composited), grey is repeated to RGB, and RGB becomes grey by the ITU-R
 import os
 
 import numpy as np
-import tensorflow as tf
 
-from keras_vit._image_files import _check_image_file, _read_image
-from keras_vit._validation import check_choice, check_positive_int
-from keras_vit.preprocessing import preprocess_input
+from keras_vit._backend import tensorflow
+
+tf = tensorflow("keras_vit.data (tf.data input pipelines)")
+
+from keras_vit._image_files import _check_image_file, _read_image  # noqa: E402
+from keras_vit._validation import check_choice, check_positive_int  # noqa: E402
 
 AUGMENTATIONS = (None, "crop", "crop_flip", "affine")
 IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
@@ -512,9 +514,10 @@ def _size_pair(image_size):
 
 
 def _augment(image, augment, key, height, width, channels):
-    """Stateless augmentation of one `(height, width, channels)` image in [0, 255], seeded by `key`."""
-    import keras
+    """Stateless augmentation of one `(height, width, channels)` image in [0, 255], seeded by `key`.
 
+    TensorFlow ops only: tf.data traces this as a TensorFlow graph whatever the Keras backend is (`keras.ops`
+    would be JAX's or PyTorch's there and fail on symbolic TensorFlow tensors)."""
     seeds = tf.random.experimental.stateless_split(key, num=4)
     if augment == "affine":
         # Rotation up to +-0.03 turns (10.8 degrees) and zoom in [0.9, 1.1] about the centre.
@@ -524,8 +527,10 @@ def _augment(image, augment, key, height, width, channels):
         a0, a1 = scale * tf.cos(angle), -scale * tf.sin(angle)
         b0, b1 = scale * tf.sin(angle), scale * tf.cos(angle)
         transform = tf.stack([a0, a1, cx - a0 * cx - a1 * cy, b0, b1, cy - b0 * cx - b1 * cy, 0.0, 0.0])
-        image = keras.ops.image.affine_transform(
-            image[None], transform[None], interpolation="bilinear", fill_mode="constant", fill_value=0
+        # The op keras.ops.image.affine_transform runs on the TensorFlow backend, with its arguments.
+        image = tf.raw_ops.ImageProjectiveTransformV3(
+            images=image[None], transforms=tf.cast(transform, tf.float32)[None], output_shape=[height, width],
+            fill_value=0.0, interpolation="BILINEAR", fill_mode="CONSTANT",
         )[0]
     pad_h, pad_w = int(round(height * 1.125)), int(round(width * 1.125))
     image = tf.image.resize(image, (pad_h, pad_w), method="bilinear")
@@ -608,7 +613,7 @@ def _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_
         image = _to_channels(image, channels)
         if augment is not None:
             image = _augment(image, augment, key, height, width, channels)
-        image = preprocess_input(image)
+        image = image / 127.5 - 1.0  # keras_vit.preprocess_input's scaling, in TensorFlow ops (see _augment)
         return (image, *label) if label else image
 
     if augment is None:

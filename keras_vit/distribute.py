@@ -18,6 +18,8 @@ See docs/scaling.md for the commands on several GPUs, several hosts and TPUs.
 import json
 import os
 
+from keras_vit._backend import backend, tensorflow
+
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
 
@@ -46,7 +48,7 @@ def get_strategy(name="default", devices=None, tpu=None):
             `TF_CONFIG`; "tpu" where no TPU can be reached (the message says
             which); `devices` with another strategy.
     """
-    import tensorflow as tf
+    tf = tensorflow("tf.distribute strategies (keras_vit.distribute, keras-vit-train --strategy)")
 
     from keras_vit._validation import check_choice
 
@@ -77,7 +79,7 @@ def get_strategy(name="default", devices=None, tpu=None):
 def needs_cpu_collectives(strategy):
     """True when `strategy` all-reduces across CPU devices, which XLA cannot compile ("Collectives are not yet
     implemented for CPU devices when compiling with XLA"): several replicas, or several workers, on CPUs."""
-    import tensorflow as tf
+    tf = tensorflow("tf.distribute strategies (keras_vit.distribute, keras-vit-train --strategy)")
 
     several = strategy.num_replicas_in_sync > 1 or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     return several and cpu_only(strategy)
@@ -85,7 +87,7 @@ def needs_cpu_collectives(strategy):
 
 def cpu_only(strategy):
     """True when every device `strategy` (a `tf.distribute.Strategy`) computes on is a CPU: no GPU, no TPU."""
-    import tensorflow as tf
+    tf = tensorflow("tf.distribute strategies (keras_vit.distribute, keras-vit-train --strategy)")
 
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return False
@@ -104,7 +106,7 @@ def choose_xla(xla, strategy, precision):
 
     Returns:
         (jit_compile, reason): a bool, and a sentence saying why XLA is off when "auto" turned it off (else None).
-        "auto" is on except (1) when TensorFlow's op determinism is on (`TF_DETERMINISTIC_OPS=1` or
+        "auto" is on except (0) on the PyTorch backend (Keras' jit_compile is torch.compile there), (1) when TensorFlow's op determinism is on (`TF_DETERMINISTIC_OPS=1` or
         `tf.config.experimental.enable_op_determinism()`), under which Keras 3.15 never compiles with XLA,
         (2) when the strategy all-reduces across CPU devices, which XLA cannot compile, and
         (3) for mixed_bfloat16 on CPUs only: XLA:CPU's bfloat16 matrix products use no bfloat16 hardware (AMX,
@@ -121,6 +123,9 @@ def choose_xla(xla, strategy, precision):
         raise ValueError(f"`xla` must be 'auto', 'on' or 'off'. Received: xla={xla!r}")
     if xla == "off":
         return False, None
+    if xla == "auto" and backend() == "torch":
+        return False, ("the PyTorch backend: Keras' jit_compile there is torch.compile, which Keras marks "
+                       "experimental; training without it (--xla on asks for it)")
     if op_determinism_enabled():
         if xla == "on":
             raise ValueError("--xla on: TensorFlow's op determinism is on (TF_DETERMINISTIC_OPS=1 or "
@@ -182,7 +187,7 @@ def shard(dataset):
     (`AutoShardPolicy.DATA`). On one worker this changes nothing.
     `.class_names` and `.num_examples` are kept.
     """
-    import tensorflow as tf
+    tf = tensorflow("tf.distribute strategies (keras_vit.distribute, keras-vit-train --strategy)")
 
     if not isinstance(dataset, tf.data.Dataset):
         raise TypeError(f"`dataset` must be a tf.data.Dataset. Received: {type(dataset).__name__}")
@@ -212,7 +217,7 @@ def prepare_fit(model, dataset, strategy):
         ValueError: `dataset` has an element whose shape is not fully known
             apart from the batch axis.
     """
-    import tensorflow as tf
+    tf = tensorflow("tf.distribute strategies (keras_vit.distribute, keras-vit-train --strategy)")
 
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return model

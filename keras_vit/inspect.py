@@ -12,6 +12,7 @@ The pure-array functions `rollout` and `attention_distance` hold the
 mathematics and take plain NumPy arrays.
 """
 
+import keras
 import numpy as np
 
 from keras_vit._validation import check_positive_int
@@ -131,8 +132,6 @@ def attention_rollout(model, images, batch_size=32):
     Returns:
         float32 (batch, height, width) in [0, 1].
     """
-    import tensorflow as tf
-
     d = _describe(model)
     x = _as_images(model, images)
     r = rollout(attention_weights(model, x, batch_size))
@@ -142,7 +141,10 @@ def attention_rollout(model, images, batch_size=32):
     maps = weights.reshape(-1, rows, cols)
     low, high = maps.min(axis=(1, 2), keepdims=True), maps.max(axis=(1, 2), keepdims=True)
     maps = (maps - low) / np.where(high > low, high - low, 1.0)
-    resized = tf.image.resize(maps[..., None], x.shape[1:3], method="bilinear").numpy()[..., 0]
+    # Bilinear at half-pixel centres, no antialiasing (an upsampling: the same numbers on every backend).
+    resized = keras.ops.convert_to_numpy(
+        keras.ops.image.resize(maps[..., None].astype("float32"), x.shape[1:3], interpolation="bilinear",
+                               data_format="channels_last"))[..., 0]
     return np.clip(resized, 0.0, 1.0).astype("float32")
 
 
@@ -214,7 +216,7 @@ def position_embedding_similarity(model):
     table = d["encoder"].position_table()
     if table is None:
         raise ValueError(f"Model {model.name!r} has position_embedding='none': it has no position embeddings to compare")
-    pe = np.asarray(table, dtype="float64")[d["prefix"]:]
+    pe = keras.ops.convert_to_numpy(table).astype("float64")[d["prefix"]:]
     unit = pe / np.maximum(np.linalg.norm(pe, axis=-1, keepdims=True), 1e-12)
     rows, cols = d["grid"]
     return (unit @ unit.T).reshape(rows, cols, rows, cols).astype("float32")
@@ -523,9 +525,12 @@ def masked_patch_prediction(model, images, corruption=None, source=None, *, seed
     Raises:
         ValueError: `model` is not a mean-colour `MaskedPatchPrediction`, or
             `images`, `corruption`, `source` of the wrong shape.
+        ImportError: TensorFlow is not installed (the targets and the
+            corruption are `keras_vit.pretraining`'s TensorFlow data side).
     """
-    import tensorflow as tf
+    from keras_vit._backend import tensorflow
 
+    tf = tensorflow("inspect.masked_patch_prediction (keras_vit.pretraining's targets and corruption)")
     from keras_vit import pretraining
 
     if not isinstance(model, pretraining.MaskedPatchPrediction) or model.target != "mean_color":
@@ -550,7 +555,7 @@ def masked_patch_prediction(model, images, corruption=None, source=None, *, seed
     for start in range(0, len(x), batch_size):
         part = slice(start, start + batch_size)
         inputs = {"images": x[part], "corruption": kind[part].astype("int32"), "source": src[part].astype("int32")}
-        logits.append(np.asarray(model(inputs, training=False)))
+        logits.append(keras.ops.convert_to_numpy(model(inputs, training=False)))
     predicted = np.argmax(np.concatenate(logits), axis=-1).astype("int32")
     true = tf.convert_to_tensor(pretraining.patch_targets(x, cell, "mean_color")).numpy().astype("int32")
     channels = x.shape[-1]

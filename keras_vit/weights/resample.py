@@ -76,12 +76,16 @@ def resample_position_embedding(
         interpolation: "bilinear" or "bicubic".
         antialias: bool; only with "bicubic" (the reference bilinear has none).
 
+    Backends: NumPy in, NumPy out, on every Keras backend; "bicubic" needs
+    TensorFlow installed (its kernel is TensorFlow's), "bilinear" only SciPy.
+
     Returns:
         float32 array (1, num_prefix_tokens + target rows * cols, D).
 
     Raises:
         ValueError: a bad argument (named), grids that do not fit the
             array, or an array with no patch rows.
+        ImportError: "bicubic" without TensorFlow installed (names the extra).
 
     Example:
 
@@ -120,8 +124,9 @@ def resample_position_embedding(
 
             grid = scipy.ndimage.zoom(grid, (new_rows / rows, new_cols / cols, 1), order=1)
         else:
-            import tensorflow as tf
+            from keras_vit._backend import tensorflow
 
+            tf = tensorflow("interpolation='bicubic' (TensorFlow's bicubic kernel; the default 'bilinear' needs only SciPy)")
             grid = tf.image.resize(grid, (new_rows, new_cols), method="bicubic", antialias=antialias).numpy()
     if grid.shape[:2] != (new_rows, new_cols):  # scipy rounds the zoomed shape
         raise ValueError(f"Resampling gave a {grid.shape[:2]} grid instead of {(new_rows, new_cols)}")
