@@ -2,12 +2,37 @@
 
 Heavy runtimes (tf2onnx, onnxruntime, LiteRT, tflite-support) are imported
 inside the functions that need them. `keras_vit` never imports this package.
+
+Keras backend: the export graphs are TensorFlow's, so this package runs on
+Keras' TensorFlow backend; a `.keras` file saved on any backend (JAX,
+PyTorch) exports. Imported before Keras, it selects the TensorFlow backend
+for the process (`keras-vit-export` always is; a KERAS_BACKEND set to
+another backend is named on stderr). Imported after Keras started on another
+backend, it raises ImportError saying so.
 """
 
-from export.onnx import export_onnx
-from export.pipeline import export_all
-from export.saved_model import export_saved_model
-from export.tflite import export_tflite
-from export.verify import verify
+import os as _os
+import sys as _sys
+
+if "keras" not in _sys.modules:
+    if _os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
+        print(f"export: KERAS_BACKEND={_os.environ['KERAS_BACKEND']} set aside: export runs on Keras' TensorFlow "
+              "backend (the .keras file may come from any backend)", file=_sys.stderr)
+    _os.environ["KERAS_BACKEND"] = "tensorflow"
+else:
+    import keras as _keras
+
+    if _keras.backend.backend() != "tensorflow":
+        raise ImportError(
+            f"The export package runs on Keras' TensorFlow backend, and Keras already runs on "
+            f"{_keras.backend.backend()!r} in this process. Export in a process with KERAS_BACKEND=tensorflow "
+            "(keras-vit-export does so itself); a .keras file saved on any backend exports."
+        )
+
+from export.onnx import export_onnx  # noqa: E402
+from export.pipeline import export_all  # noqa: E402
+from export.saved_model import export_saved_model  # noqa: E402
+from export.tflite import export_tflite  # noqa: E402
+from export.verify import verify  # noqa: E402
 
 __all__ = ["export_saved_model", "export_tflite", "export_onnx", "verify", "export_all"]

@@ -15,6 +15,13 @@ and writes to `--output-dir`:
 `--strategy` picks a tf.distribute strategy (docs/scaling.md); in a
 multi-worker run only the chief writes these files.
 
+Keras backends: the command runs under `KERAS_BACKEND=tensorflow` (the
+default), `jax` or `torch`; its input pipelines are tf.data, so TensorFlow is
+needed in every case. `--strategy` other than "default" is refused on JAX and
+PyTorch (tf.distribute is TensorFlow's; on JAX, `keras.distribution.
+DataParallel` from Python is the counterpart of "mirrored"), and `--xla auto`
+trains without `jit_compile` on PyTorch (it means torch.compile there).
+
 `--init-from MODEL.keras` fine-tunes a saved keras_vit model instead of
 building one (paper Sec. 3.2): with `--image-size` at another resolution
 (`keras_vit.resize`, the position embeddings resampled once), keeping its
@@ -41,6 +48,7 @@ import sys
 import time
 
 from keras_vit import _console, _files, _init_from
+from keras_vit._backend import backend
 
 DEFAULTS = {
     "image_size": 16,
@@ -348,6 +356,11 @@ def _check_run_args(args, outputs):
     warmup_epochs = 0.06 * args.epochs if args.warmup_epochs is None else args.warmup_epochs
     if warmup_epochs < 0 or warmup_epochs >= args.epochs:
         raise ValueError(f"--warmup-epochs must be in [0, --epochs={args.epochs}). Received: {args.warmup_epochs}")
+    if args.strategy != "default" and backend() != "tensorflow":
+        raise ValueError(
+            f"--strategy {args.strategy} is a tf.distribute strategy, which runs on the TensorFlow backend only "
+            f"(KERAS_BACKEND={backend()} here). Train with KERAS_BACKEND=tensorflow, or on JAX distribute from "
+            "Python with keras.distribution.DataParallel (README, 'Keras backends')")
     out = args.output_dir
     _check_output_dir(out)
     existing = [name for name in outputs if os.path.exists(os.path.join(out, name))]
@@ -468,6 +481,7 @@ def _run_metrics(results, eval_time, num_val, train_time, num_train, args, model
         "precision": args.precision,
         "xla": args.xla,
         "jit_compile": bool(model.jit_compile),
+        "backend": backend(),
         "strategy": args.strategy,
         "replicas": int(strategy.num_replicas_in_sync),
     }

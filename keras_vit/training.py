@@ -11,6 +11,7 @@ XLA (`jit_compile=True`), which this module checks really holds.
 import keras
 from keras import ops
 
+from keras_vit._backend import backend
 from keras_vit._validation import check_bool, check_choice, check_positive_int, check_rate
 
 OPTIMIZERS = ("sgd", "adamw")
@@ -104,7 +105,7 @@ def compile_model(
     label_smoothing=0.0,
     ema_momentum=None,
     from_logits=None,
-    jit_compile=True,
+    jit_compile="auto",
     metrics=("accuracy",),
 ):
     """Compiles `model` with the ViT training recipe and checks XLA holds.
@@ -135,6 +136,12 @@ def compile_model(
     bfloat16 with AdamW, 17% under float16 with AdamW and under bfloat16 with
     SGD; all of them under float32 and the mixed policies).
 
+    Backends: TensorFlow, JAX and PyTorch (Keras 3). `jit_compile="auto"`
+    (default) is True on TensorFlow and JAX (XLA) and False on PyTorch,
+    where Keras' `jit_compile=True` means `torch.compile`, which Keras marks
+    experimental (measured here: it recompiles Keras' layers past dynamo's
+    limit and falls back to eager with warnings).
+
     Op determinism: Keras 3.15 never compiles with XLA while TensorFlow's op
     determinism is on (`tf.config.experimental.enable_op_determinism()` or
     the environment variable `TF_DETERMINISTIC_OPS=1`), so
@@ -159,8 +166,9 @@ def compile_model(
             evens out the last steps' noise (Polyak averaging).
         from_logits: None (decide from the head: a softmax activation means
             probabilities, None/linear means logits), or a bool.
-        jit_compile: bool, default True: compile train and test steps with
-            XLA. Keras can silently fall back to no XLA (e.g. for a layer
+        jit_compile: "auto" (default: True on TensorFlow and JAX, False on
+            PyTorch, see Backends) or a bool: True compiles train and test
+            steps with XLA (`torch.compile` on PyTorch). Keras can silently fall back to no XLA (e.g. for a layer
             that does not support it, or under op determinism); that
             fall-back is an error here.
             Under mixed_bfloat16 on a machine without GPU or TPU, False is
@@ -184,7 +192,10 @@ def compile_model(
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_rate("label_smoothing", label_smoothing)
     check_rate("momentum", momentum)
-    check_bool("jit_compile", jit_compile)
+    if not (isinstance(jit_compile, bool) or (isinstance(jit_compile, str) and jit_compile == "auto")):
+        raise ValueError(f"`jit_compile` must be 'auto', True or False. Received: jit_compile={jit_compile!r}")
+    if jit_compile == "auto":
+        jit_compile = backend() != "torch"
     if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or weight_decay < 0:
         raise ValueError(f"`weight_decay` must be a float >= 0. Received: weight_decay={weight_decay!r}")
     if optimizer == "sgd" and weight_decay:
@@ -251,6 +262,8 @@ def op_determinism_enabled():
     Returns:
         bool.
     """
+    if backend() != "tensorflow":
+        return False  # as Keras: determinism only stops XLA on the TensorFlow backend (and TensorFlow may be absent)
     from tensorflow.python.framework.config import is_op_determinism_enabled
 
     return bool(is_op_determinism_enabled())
@@ -277,6 +290,10 @@ def _computes_in_float16(model):
 
 
 def _replicas():
+    """Replicas of the `tf.distribute` strategy in scope; 1 on other backends (JAX's `keras.distribution`
+    shards one global batch, whose gradient, and so its clipping, is already global)."""
+    if backend() != "tensorflow":
+        return 1
     import tensorflow as tf
 
     return tf.distribute.get_strategy().num_replicas_in_sync
