@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit._validation import check_bool, check_choice, check_grid, check_positive_int, check_rate, is_int
+from keras_vit.layers.quantized_sublayers import QuantizedSublayers
 from keras_vit.layers.position_embedding import (
     INTERPOLATIONS,
     POSITION_EMBEDDINGS,
@@ -14,7 +15,7 @@ from keras_vit.layers.position_embedding import (
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class PatchEncoder(keras.layers.Layer):
+class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
     """Projects flattened patches, prepends the class token, adds positions.
 
     Computes Eq. 1 of the ViT paper (arXiv:2010.11929):
@@ -72,6 +73,10 @@ class PatchEncoder(keras.layers.Layer):
             (rank 4 with known rows and cols; rank 3: any token count for
             "learned", a square count for the 2D kinds).
         interpolation: "bilinear" (default, the reference rule) or "bicubic".
+        quantized_sublayers: None (default), or the dict `get_config` writes
+            after `model.quantize(...)`: {sublayer path: dtype policy},
+            so that a `.keras` file rebuilds the quantised sublayers
+            (`keras_vit.layers.quantized_sublayers`). Not set by hand.
         **kwargs: standard `keras.layers.Layer` arguments.
 
     Input shape:
@@ -112,9 +117,11 @@ class PatchEncoder(keras.layers.Layer):
         position_embedding="learned",
         grid_size=None,
         interpolation="bilinear",
+        quantized_sublayers=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self._init_quantized_sublayers(quantized_sublayers)
         hidden_size = check_positive_int("hidden_size", hidden_size)
         check_rate("dropout_rate", dropout_rate)
         check_bool("class_token", class_token)
@@ -180,6 +187,7 @@ class PatchEncoder(keras.layers.Layer):
                 self.grid_size = (int(input_shape[1]), int(input_shape[2]))
             self.input_spec = keras.layers.InputSpec(ndim=4, axes={3: patch_dim})
         self.projection.build((None, None, patch_dim))
+        self._quantize_sublayers_as_saved()
         if self.class_token:
             self.cls = self.add_weight(name="class_token", shape=(1, 1, self.hidden_size), initializer="zeros")
         init = keras.initializers.RandomNormal(stddev=0.02)
@@ -301,6 +309,7 @@ class PatchEncoder(keras.layers.Layer):
                 "position_embedding": self.position_embedding_kind,
                 "grid_size": None if self.grid_size is None else list(self.grid_size),
                 "interpolation": self.interpolation,
+                **self._quantized_sublayers_config(),
             }
         )
         return config

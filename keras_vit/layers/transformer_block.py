@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_vit._validation import check_bool, check_positive_int, check_rate
 from keras_vit.layers.normalization import LayerNormalization
+from keras_vit.layers.quantized_sublayers import QuantizedSublayers
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
@@ -27,7 +28,7 @@ def _gelu(x, approximate):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class TransformerBlock(keras.layers.Layer):
+class TransformerBlock(QuantizedSublayers, keras.layers.Layer):
     """One pre-LayerNorm Transformer encoder block of ViT.
 
     Computes Eq. 2-3 of the ViT paper (arXiv:2010.11929), following the
@@ -63,6 +64,10 @@ class TransformerBlock(keras.layers.Layer):
             0.5 x (1 + erf(x / sqrt 2)), as timm, Hugging Face and Keras;
             True: the tanh approximation of the original JAX ViT. Both
             export to builtin TFLite ops and to standard ONNX ops.
+        quantized_sublayers: None (default), or the dict `get_config` writes
+            after `model.quantize(...)`: {sublayer path: dtype policy},
+            so that a `.keras` file rebuilds the quantised sublayers
+            (`keras_vit.layers.quantized_sublayers`). Not set by hand.
         **kwargs: standard `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -103,9 +108,11 @@ class TransformerBlock(keras.layers.Layer):
         stochastic_depth_rate=0.0,
         layer_norm_epsilon=1e-6,
         approximate_gelu=False,
+        quantized_sublayers=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self._init_quantized_sublayers(quantized_sublayers)
         num_heads = check_positive_int("num_heads", num_heads)
         mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         check_rate("dropout_rate", dropout_rate)
@@ -158,6 +165,7 @@ class TransformerBlock(keras.layers.Layer):
         self.norm_2.build(input_shape)
         self.mlp_dense_1.build(input_shape)
         self.mlp_dense_2.build((*input_shape[:-1], self.mlp_dim))
+        self._quantize_sublayers_as_saved()
         self.input_spec = keras.layers.InputSpec(ndim=3, axes={-1: hidden_size})
 
     def _drop_path(self, x, training):
@@ -209,6 +217,7 @@ class TransformerBlock(keras.layers.Layer):
                 "stochastic_depth_rate": self.stochastic_depth_rate,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "approximate_gelu": self.approximate_gelu,
+                **self._quantized_sublayers_config(),
             }
         )
         return config
