@@ -9,7 +9,7 @@ STAMP := $(VENV)/.keras_vit-installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED = 1
 
-.PHONY: install system-deps demo test test-quick bench clean
+.PHONY: install system-deps demo test test-backends test-quick bench clean
 
 # tflite-support's extension (TFLite metadata) needs libusb; installed as root with apt-get.
 system-deps:
@@ -21,7 +21,7 @@ system-deps:
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet -e ".[export,test,bench]"
+	$(PY) -m pip install --quiet -e ".[tensorflow,export,test,bench]"
 	# docs/traps.md: tflite-support pins protobuf<4, which would break TensorFlow; it goes in last, without its deps.
 	$(PY) -m pip install --quiet --no-deps tflite-support==0.4.4
 	# setup.cfg: mediapipe's opencv-contrib-python would clash with opencv-python-headless; its other deps are in.
@@ -37,8 +37,20 @@ demo: install
 	$(PY) -m keras_vit.train --output-dir runs/demo --overwrite
 	$(PY) -m export runs/demo/model.keras $(DEMO_EXPORT_FLAGS) --output-dir runs/demo/export --overwrite
 
+# Issue 15: the model side's tests (layers, models, weights, inspect, resize, training) again under JAX and PyTorch,
+# each backend in its own process; tests of TensorFlow itself are marked tensorflow_only and skipped there.
+BACKEND_TESTS := tests/layers tests/models tests/weights tests/test_inspect.py tests/test_resize.py \
+	tests/test_training.py tests/test_channels_first.py tests/test_preprocessing.py
+
 test: install
 	$(PY) -m pytest
+	KERAS_BACKEND=jax $(PY) -m pytest $(BACKEND_TESTS)
+	KERAS_BACKEND=torch $(PY) -m pytest $(BACKEND_TESTS)
+
+# The backend runs alone (quick loop): make test-backends
+test-backends: install
+	KERAS_BACKEND=jax $(PY) -m pytest $(BACKEND_TESTS)
+	KERAS_BACKEND=torch $(PY) -m pytest $(BACKEND_TESTS)
 
 test-quick: install
 	$(PY) -m pytest -m "not slow"

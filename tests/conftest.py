@@ -1,4 +1,11 @@
-"""Shared fixtures: tiny configurations, policy reset, GPU marker."""
+"""Shared fixtures: tiny configurations, policy reset, GPU and backend markers.
+
+`make test` runs every test on the TensorFlow backend, then the model side's
+tests (Makefile `BACKEND_TESTS`) again under `KERAS_BACKEND=jax` and
+`KERAS_BACKEND=torch`, each backend in its own process (issue 15). There,
+tests marked `tensorflow_only` (TensorFlow itself is what they test: tf.data,
+tf.function, TFLite, vit-keras) are skipped.
+"""
 
 import os
 
@@ -6,7 +13,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
+
+BACKEND = keras.backend.backend()
+# compile_model's jit_compile="auto": XLA on TensorFlow and JAX, none (no torch.compile) on PyTorch.
+XLA_BY_DEFAULT = BACKEND != "torch"
 
 TINY = {
     "patch_size": 4,
@@ -33,6 +43,21 @@ def policy():
 
 
 def pytest_collection_modifyitems(config, items):
+    if BACKEND == "jax":
+        import jax
+
+        if jax.default_backend() == "cpu":  # "The precision 'F16_F16_F32' is not supported by dot_general on CPU"
+            skip_f16 = pytest.mark.skip(reason="JAX's CPU backend has no float16 matrix product (mixed_float16)")
+            for item in items:
+                if "float16_matmul" in item.keywords:
+                    item.add_marker(skip_f16)
+    if BACKEND != "tensorflow":
+        skip_tf = pytest.mark.skip(reason=f"TensorFlow itself is tested (backend {BACKEND!r} runs the model side only)")
+        for item in items:
+            if "tensorflow_only" in item.keywords:
+                item.add_marker(skip_tf)
+    import tensorflow as tf  # installed with the test extra; GPUs are judged by TensorFlow (tests/test_gpu.py)
+
     if tf.config.list_physical_devices("GPU"):
         return
     skip = pytest.mark.skip(reason="needs a GPU")

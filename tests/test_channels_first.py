@@ -72,12 +72,12 @@ def test_std_conv_given_channels_last_ignores_the_global_format(channels_first):
     """An explicit data_format='channels_last' is honoured, as for Keras' own Conv2D."""
     x = np.random.default_rng(0).standard_normal((2, 8, 8, 3)).astype("float32")
     layer = StdConv2D(4, 3, padding="same", data_format="channels_last")
-    out = np.asarray(layer(x))
+    out = keras.ops.convert_to_numpy(layer(x))
     with data_format("channels_last"):
         reference = StdConv2D.from_config(layer.get_config())
         reference.build(x.shape)
         reference.set_weights(layer.get_weights())
-        expected = np.asarray(reference(x))
+        expected = keras.ops.convert_to_numpy(reference(x))
     assert out.shape == (2, 8, 8, 4)
     np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
 
@@ -124,9 +124,9 @@ def test_every_hybrid_layer_is_channels_last_whatever_the_global_format(channels
     model.set_weights(weights)
     reference.set_weights(weights)
     x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
-    out = np.asarray(model(x))
+    out = keras.ops.convert_to_numpy(model(x))
     assert out.shape == (2, 4, 4, 512)
-    np.testing.assert_allclose(out, np.asarray(reference(x)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, keras.ops.convert_to_numpy(reference(x)), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("config", [TINY, HYBRID], ids=["vit", "hybrid"])

@@ -2,6 +2,7 @@
 
 import matplotlib.image
 import numpy as np
+from keras import ops
 import pytest
 
 import keras_vit
@@ -186,11 +187,11 @@ def test_mean_color_image_inverts_patch_targets_up_to_the_bin():
     from keras_vit import pretraining
 
     images = np.random.default_rng(2).uniform(-1, 1, (3, 8, 8, 3)).astype("float32")
-    classes = pretraining.patch_targets(images, 4).numpy()
+    classes = ops.convert_to_numpy(pretraining.patch_targets(images, 4))
     painted = vit_inspect.mean_color_image(classes, (2, 2), 4)
     means = (images.reshape(3, 2, 4, 2, 4, 3).mean(axis=(2, 4)) + 1) / 2  # (3, 2, 2, 3) in [0, 1]
     np.testing.assert_array_less(np.abs(painted[:, ::4, ::4] - means), 1 / 16 + 1e-6)  # within half a bin
-    np.testing.assert_array_equal(pretraining.patch_targets(painted * 2 - 1, 4).numpy(), classes)  # a fixed point
+    np.testing.assert_array_equal(ops.convert_to_numpy(pretraining.patch_targets(painted * 2 - 1, 4)), classes)  # a fixed point
 
 
 def test_corrupted_images_mask_replace_and_keep():
@@ -227,11 +228,11 @@ def test_masked_patch_prediction_returns_the_models_own_predictions(pretraining_
 
     x = _images(3)
     r = vit_inspect.masked_patch_prediction(pretraining_model, x, seed=5, batch_size=2)
-    kind, source = (t.numpy() for t in pretraining.corruption(np.array([5, 0]), 3, 16))
+    kind, source = (ops.convert_to_numpy(t) for t in pretraining.corruption(np.array([5, 0]), 3, 16))
     np.testing.assert_array_equal(r["corruption"], kind)
     np.testing.assert_array_equal(r["source"], source)
     assert ((kind > 0).sum(axis=1) == 8).all()
-    logits = pretraining_model({"images": x, "corruption": kind, "source": source}).numpy()
+    logits = ops.convert_to_numpy(pretraining_model({"images": x, "corruption": kind, "source": source}))
     np.testing.assert_array_equal(r["predicted_classes"], logits.argmax(-1))
     means = (x.reshape(3, 4, 4, 4, 4, 3).mean(axis=(2, 4)).reshape(3, 16, 3) + 1) / 2  # NumPy targets
     levels = np.minimum(np.floor(means * 8), 7).astype(int)

@@ -22,6 +22,7 @@ def test_list_input_and_bad_input():
         keras_vit.preprocess_input("abc")
 
 
+@pytest.mark.tensorflow_only  # a tf.Tensor in
 def test_tensor_input():
     out = keras_vit.preprocess_input(tf.constant([[0.0, 255.0]]))
     np.testing.assert_allclose(out.numpy(), [[-1.0, 1.0]])

@@ -17,7 +17,7 @@ def test_writes_model_metrics_history_and_curve(tmp_path):
     assert sorted(os.listdir(out)) == ["history.json", "metrics.json", "model.keras", "training_curve.png"]
     metrics = json.loads((out / "metrics.json").read_text())
     assert {"accuracy", "loss", "images_per_second", "wall_time_s"} <= set(metrics)
-    assert metrics["num_heldout_images"] == 360 and metrics["jit_compile"] is True
+    assert metrics["num_heldout_images"] == 360 and metrics["jit_compile"] is True and metrics["backend"] == "tensorflow"
     # issue 17: the reported figures recomputed independently from the saved model and the held-out scans
     import keras
     import numpy as np

@@ -13,6 +13,7 @@ from keras_vit import training
 from keras_vit.layers import ImageSizeCheck, PatchEncoder
 from keras_vit.weights import CheckpointError, load_pretrained, resample_position_embedding
 from keras_vit.weights.checkpoint import to_canonical_arrays
+from tests.conftest import XLA_BY_DEFAULT
 
 KINDS = ("learned", "learned_2d", "sincos_2d", "none")
 CFG = dict(patch_size=4, hidden_size=32, num_layers=1, num_heads=4, mlp_dim=32, classes=3)
@@ -41,12 +42,12 @@ def _encoder(kind, grid=(3, 4), class_token=True, hidden=16):
 @pytest.mark.parametrize("grid", [(3, 4), (5, 2)])
 def test_sincos_table_against_an_independent_formula(grid):
     layer = _encoder("sincos_2d", grid)
-    table = layer.position_table().numpy()
+    table = keras.ops.convert_to_numpy(layer.position_table())
     np.testing.assert_array_equal(table[0], 0.0)  # the class token gets none
     np.testing.assert_allclose(table[1:], _sincos_by_hand(*grid, 16), atol=2e-6)
     assert layer.weights == [layer.cls, *layer.projection.weights]  # fixed: no weights of its own
     # at another grid it is computed there, not resampled
-    np.testing.assert_allclose(layer.position_table(2, 6).numpy()[1:], _sincos_by_hand(2, 6, 16), atol=2e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(layer.position_table(2, 6))[1:], _sincos_by_hand(2, 6, 16), atol=2e-6)
 
 
 def test_learned_2d_concatenates_x_then_y_per_patch():
@@ -55,7 +56,7 @@ def test_learned_2d_concatenates_x_then_y_per_patch():
     x_table, y_table = rng.normal(size=(4, 8)), rng.normal(size=(3, 8))
     layer.position_embedding_x.assign(x_table)
     layer.position_embedding_y.assign(y_table)
-    table = layer.position_table().numpy()
+    table = keras.ops.convert_to_numpy(layer.position_table())
     np.testing.assert_array_equal(table[0], 0.0)
     for r in range(3):
         for c in range(4):
@@ -75,9 +76,9 @@ def test_equation_1_for_each_kind(class_token):
         tokens = patches.reshape(2, 12, 12) @ kernel + bias
         if class_token:
             tokens = np.concatenate([np.repeat(layer.cls.numpy(), 2, axis=0), tokens], axis=1)
-        table = 0.0 if kind == "none" else layer.position_table().numpy()
+        table = 0.0 if kind == "none" else keras.ops.convert_to_numpy(layer.position_table())
         assert (kind == "none") == (layer.position_table() is None)
-        np.testing.assert_allclose(layer(patches).numpy(), tokens + table, atol=1e-5, err_msg=kind)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(layer(patches)), tokens + table, atol=1e-5, err_msg=kind)
 
 
 def _copy_weights(source, target, grid, interpolation="bilinear"):
@@ -98,7 +99,7 @@ def _copy_weights(source, target, grid, interpolation="bilinear"):
                 layer.position_embedding.numpy(), grid, prefix, layer.grid_size, interpolation))
         elif layer.position_embedding_kind == "learned_2d":
             for axis, size in (("x", grid[1]), ("y", grid[0])):
-                table = getattr(layer, f"position_embedding_{axis}").numpy()
+                table = keras.ops.convert_to_numpy(getattr(layer, f"position_embedding_{axis}"))
                 resampled = resample_position_embedding(table, (size, 1), 0, (len(table), 1), interpolation)
                 getattr(twin, f"position_embedding_{axis}").assign(resampled[0])
 
@@ -131,8 +132,8 @@ def test_runtime_interpolation_equals_the_offline_resampler(kind, interpolation,
     fixed = keras_vit.VisionTransformer(input_shape=(*size, 3), **kwargs)
     _copy_weights(dynamic, fixed, grid, interpolation)
     images = np.random.default_rng(2).uniform(-1, 1, (2, *size, 3)).astype("float32")
-    expected = fixed(images).numpy()
-    np.testing.assert_allclose(dynamic(images).numpy(), expected, atol=1e-5)
+    expected = keras.ops.convert_to_numpy(fixed(images))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(dynamic(images)), expected, atol=1e-5)
     np.testing.assert_allclose(dynamic.predict(images, verbose=0), expected, atol=1e-5)  # traced, not eager
 
 
@@ -143,7 +144,7 @@ def test_runtime_interpolation_in_a_hybrid():
     fixed = keras_vit.VisionTransformer(input_shape=(24, 40, 3), **kwargs)
     _copy_weights(dynamic, fixed, (3, 5))
     images = np.random.default_rng(4).uniform(-1, 1, (1, 24, 40, 3)).astype("float32")
-    np.testing.assert_allclose(dynamic(images).numpy(), fixed(images).numpy(), atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(dynamic(images)), keras.ops.convert_to_numpy(fixed(images)), atol=1e-5)
     with pytest.raises(ValueError, match=r"Image width must be a multiple of patch_size=1 x the ResNet's output "
                                          r"stride 8 = 8.*Received: an image of width 36"):
         dynamic(np.zeros((1, 24, 36, 3), "float32"))
@@ -164,8 +165,8 @@ def test_fit_with_xla_on_two_resolutions():
     keras.utils.set_random_seed(0)
     model = keras_vit.VisionTransformer(input_shape=(None, None, 3), position_embedding_grid=(4, 4),
                                         classifier_activation=None, **CFG)
-    training.compile_model(model, total_steps=4, from_logits=True, jit_compile=True)
-    assert model.jit_compile is True
+    training.compile_model(model, total_steps=4, from_logits=True)  # XLA on TensorFlow and JAX
+    assert model.jit_compile is XLA_BY_DEFAULT
     rng = np.random.default_rng(0)
     small = tf.data.Dataset.from_tensor_slices((rng.uniform(-1, 1, (4, 16, 16, 3)).astype("float32"), np.arange(4) % 3))
     large = tf.data.Dataset.from_tensor_slices((rng.uniform(-1, 1, (4, 24, 24, 3)).astype("float32"), np.arange(4) % 3))
@@ -176,7 +177,7 @@ def test_fit_with_xla_on_two_resolutions():
         history = model.fit(data, epochs=2, verbose=0)
     assert all(np.isfinite(history.history["loss"]))
     assert not np.allclose(model.get_layer("patch_encoder").position_embedding.numpy(), before)  # the table trains
-    assert model.jit_compile is True
+    assert model.jit_compile is XLA_BY_DEFAULT
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -188,12 +189,12 @@ def test_each_kind_round_trips_through_keras_files(kind, tmp_path):
         images = np.random.default_rng(6).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
         model.save(tmp_path / "m.keras")
         loaded = keras.models.load_model(tmp_path / "m.keras")
-        np.testing.assert_array_equal(loaded(images).numpy(), model(images).numpy())
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(images)), keras.ops.convert_to_numpy(model(images)))
         encoder = loaded.get_layer("patch_encoder")
         assert (encoder.position_embedding_kind, encoder.grid_size) == (kind, (4, 4))
         if shape[0] is None:
             bigger = np.random.default_rng(7).uniform(-1, 1, (1, 20, 28, 3)).astype("float32")
-            np.testing.assert_array_equal(loaded(bigger).numpy(), model(bigger).numpy())
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(bigger)), keras.ops.convert_to_numpy(model(bigger)))
 
 
 @pytest.mark.parametrize("kind", ["learned_2d", "sincos_2d", "none"])
@@ -232,7 +233,7 @@ def test_position_similarity_of_every_kind():
 
     for kind in ("learned", "learned_2d", "sincos_2d"):
         model = keras_vit.VisionTransformer(input_shape=(12, 16, 3), position_embedding=kind, **CFG)
-        table = model.get_layer("patch_encoder").position_table().numpy()[1:]
+        table = keras.ops.convert_to_numpy(model.get_layer("patch_encoder").position_table())[1:]
         unit = table / np.linalg.norm(table, axis=1, keepdims=True)
         similarity = inspect.position_embedding_similarity(model)
         assert similarity.shape == (3, 4, 3, 4)

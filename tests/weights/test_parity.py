@@ -86,6 +86,7 @@ def _kv(input_shape, **kwargs):
                                        input_shape=input_shape, classes=5, classifier_activation=None, **kwargs)
 
 
+@pytest.mark.tensorflow_only  # vit-keras' load_weights_numpy converts Keras variables with NumPy 2's copy=False, which JAX arrays refuse
 def test_vit_keras_loader_agrees_at_the_checkpoint_resolution(google_224):
     path, _ = google_224
     theirs = _vit_keras_model(path, 224)
@@ -115,6 +116,7 @@ def test_resampled_position_embeddings_equal_vit_keras(google_224, size, caplog)
     np.testing.assert_allclose(ours.predict(x, verbose=0), theirs.predict(x, verbose=0), atol=1e-4, rtol=0)
 
 
+@pytest.mark.tensorflow_only  # vit-keras' load_weights_numpy converts Keras variables with NumPy 2's copy=False, which JAX arrays refuse
 @pytest.mark.parametrize("representation", [None, 24])
 def test_save_checkpoint_file_gives_keras_vit_logits_in_vit_keras(tmp_path, representation):
     """`save_checkpoint` is read by vit-keras' loader of Google's files, code keras_vit does not share."""
