@@ -67,7 +67,7 @@ from keras_vit._masked_patches import (  # noqa: F401 (the data side, public her
     patch_targets,
     target_size,
 )
-from keras_vit._validation import check_bool, check_choice, is_int
+from keras_vit._validation import check_choice, is_int
 
 
 def _backbone_layers(backbone):
@@ -269,7 +269,7 @@ def compile_pretraining(
     warmup_steps=0,
     weight_decay=0.0,
     global_clipnorm=1.0,
-    jit_compile=True,
+    jit_compile="auto",
 ):
     """Compiles a `MaskedPatchPrediction` model with the paper's pre-training recipe; checks XLA holds.
 
@@ -296,7 +296,8 @@ def compile_pretraining(
         weight_decay: float >= 0, decoupled weight decay (not on biases,
             norms, class token, position and mask embeddings), default 0.
         global_clipnorm: float > 0 or None, default 1.0.
-        jit_compile: bool, default True (XLA).
+        jit_compile: "auto" (default: XLA on TensorFlow and JAX, none on
+            PyTorch, as `keras_vit.training.compile_model`) or a bool.
 
     Returns:
         The same `model`, compiled. Feed it `masked_patch_dataset(...)`.
@@ -314,7 +315,7 @@ def compile_pretraining(
             "`model` must be a keras_vit.pretraining.MaskedPatchPrediction. "
             f"Received: model={getattr(model, 'name', model)!r} of type {type(model).__name__}"
         )
-    check_bool("jit_compile", jit_compile)
+    jit_compile = training.resolve_jit_compile(jit_compile)
     if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or weight_decay < 0:
         raise ValueError(f"`weight_decay` must be a float >= 0. Received: weight_decay={weight_decay!r}")
     if global_clipnorm is not None and (

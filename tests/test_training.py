@@ -347,3 +347,12 @@ def test_the_trap_behind_the_refusal_keras_adam_makes_no_step_on_bfloat16_weight
         np.testing.assert_array_equal(moved, 0.0)
     else:  # Adam's first steps on a constant gradient move each weight by about lr
         np.testing.assert_allclose(moved, -0.3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_jit_compile_is_auto_or_a_bool(tiny_config, value):
+    model = VisionTransformer(**tiny_config)
+    with pytest.raises(ValueError, match=rf"`jit_compile` must be 'auto', True or False. Received: jit_compile={value!r}"):
+        training.compile_model(model, total_steps=2, jit_compile=value)
+    training.compile_model(model, total_steps=2, jit_compile="auto")
+    assert model.jit_compile is XLA_BY_DEFAULT  # XLA on TensorFlow and JAX; no torch.compile on PyTorch
