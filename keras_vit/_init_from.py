@@ -39,13 +39,13 @@ def load_saved_model(path):
 def saved_image_size(model, image_size, path):
     """The training image size: --image-size, else the saved model's (its table grid's for any resolution)."""
     from keras_vit.models.resnet import output_stride
-    from keras_vit.weights.loader import resnet_num_layers
+    from keras_vit.weights.loader import cell_size, resnet_num_layers
 
     _, height, width, channels = model.input_shape
     if channels != 3:
         raise ValueError(f"--init-from {path!r} takes {channels}-channel images; keras-vit-train's data are RGB (3)")
     stages = resnet_num_layers(model)
-    cell = model.get_layer("patches").patch_size * (output_stride(stages) if stages else 1)
+    cell = cell_size(model)
     if image_size is not None:
         if image_size % cell:
             raise ValueError(

@@ -113,12 +113,10 @@ def backbone_cell_size(backbone):
     ...     num_heads=2, mlp_dim=32, input_shape=(16, 16, 3)))
     4
     """
-    from keras_vit.models.resnet import output_stride
-    from keras_vit.weights.loader import resnet_num_layers
+    from keras_vit.weights.loader import cell_size
 
-    patches = _backbone_layers(backbone)[0]
-    stages = resnet_num_layers(backbone)
-    return patches.patch_size * (output_stride(stages) if stages else 1)
+    _backbone_layers(backbone)  # raises ValueError unless a keras_vit ViT
+    return cell_size(backbone)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -166,6 +166,15 @@ def resnet_num_layers(model):
     return _stage_units((layer.name for layer in model.layers), r"block(\d+)_unit(\d+)_conv1$")
 
 
+def cell_size(model):
+    """Pixels per patch side of a keras_vit ViT: its `patches` layer's `patch_size`, times the hybrid ResNet's
+    output stride (paper Sec. 3.1); image sizes are multiples of it. `model` has a layer named "patches"."""
+    from keras_vit.models.resnet import output_stride
+
+    stages = resnet_num_layers(model)
+    return model.get_layer("patches").patch_size * (output_stride(stages) if stages else 1)
+
+
 def _resolve_source(model, checkpoint, cache_dir):
     """Returns (arrays, description, registry entry or None)."""
     from keras_vit.weights import registry
