@@ -207,13 +207,30 @@ def device_summary(cpu_cores, gpu_names=(), num_tpus=0):
 
 
 def describe_devices():
-    """`device_summary` of the devices TensorFlow finds (lists them: the first device initialisation)."""
-    import tensorflow as tf
-
+    """`device_summary` of the devices TensorFlow finds (lists them: the first device initialisation); without
+    TensorFlow installed, of the GPUs the Keras backend (JAX or PyTorch) finds."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return device_summary(cores, _backend_gpu_names(), 0)
     gpus = tf.config.list_physical_devices("GPU")
     names = [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return device_summary(cores, names, len(tf.config.list_physical_devices("TPU")))
+
+
+def _backend_gpu_names():
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return [d.device_kind for d in jax.devices() if d.platform == "gpu"]
+    if keras.backend.backend() == "torch":
+        import torch
+
+        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return []
 
 
 def add_verbose_argument(parser):

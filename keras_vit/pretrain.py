@@ -63,6 +63,7 @@ from keras_vit.train import (
     add_model_arguments,
     add_output_arguments,
     add_training_arguments,
+    require_tensorflow,
 )
 
 # Appendix B.1.2: "Adam, with a base learning rate of 2e-4, warmup of 10k steps and cosine learning rate decay".
@@ -202,6 +203,7 @@ def main(argv=None):
     the process with status 143 (`keras_vit._files.exit_on_sigterm`); the
     backup folder stays, and a rerun resumes from it.
     """
+    require_tensorflow("keras-vit-pretrain")
 
     def summary(args, metrics):
         accuracy = metrics.get("mean_color_accuracy")

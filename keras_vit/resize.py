@@ -189,7 +189,9 @@ def _copy_encoder(old, new, old_grid, new_grid, interpolation):
     """Copies the patch encoder's weights; the learned tables resampled once from `old_grid` to `new_grid`."""
     new.projection.set_weights(old.projection.get_weights())
     if old.class_token:
-        new.cls.assign(old.cls)
+        # A copy: on JAX, assigning the variable itself shares its buffer, which the new model's first jitted
+        # call frees (donation), and the old model lost its class token ("Array has been deleted").
+        new.cls.assign(keras.ops.convert_to_numpy(old.cls))
     kind = old.position_embedding_kind
     if kind == "learned":
         table = keras.ops.convert_to_numpy(old.position_embedding)

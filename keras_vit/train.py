@@ -123,7 +123,7 @@ def add_training_arguments(parser, learning_rate):
                        "updates round away)")
     group.add_argument("--strategy", choices=["default", "mirrored", "multi_worker", "tpu"], default="default",
                        help="tf.distribute strategy: one device, all local GPUs, workers from TF_CONFIG, or a TPU "
-                       "(--batch-size is the global batch); see docs/scaling.md")
+                       "(--batch-size is the global batch; TensorFlow backend only); see docs/scaling.md")
     group.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu")
     group.add_argument("--backup-dir", default=None,
                        help="where a preempted run keeps its state to resume from (default: OUTPUT_DIR/backup); "
@@ -133,7 +133,8 @@ def add_training_arguments(parser, learning_rate):
     group.add_argument("--xla", choices=["auto", "on", "off"], default="auto",
                        help="compile the train step with XLA (jit_compile). auto: on, except for mixed_bfloat16 on "
                        "CPUs and for several CPU replicas, where it is slower or cannot compile, and under op "
-                       "determinism (TF_DETERMINISTIC_OPS=1), where Keras turns XLA off")
+                       "determinism (TF_DETERMINISTIC_OPS=1), where Keras turns XLA off; off on the PyTorch "
+                       "backend, where jit_compile means torch.compile (on asks for it; slower to start)")
     group.add_argument("--no-xla", dest="xla", action="store_const", const="off", help="the same as --xla off")
     group.add_argument("--seed", type=int, default=0)
     return group
@@ -356,6 +357,11 @@ def _check_run_args(args, outputs):
     warmup_epochs = 0.06 * args.epochs if args.warmup_epochs is None else args.warmup_epochs
     if warmup_epochs < 0 or warmup_epochs >= args.epochs:
         raise ValueError(f"--warmup-epochs must be in [0, --epochs={args.epochs}). Received: {args.warmup_epochs}")
+    from keras_vit.training import jax_cpu_lacks_float16
+
+    if args.precision == "mixed_float16" and jax_cpu_lacks_float16():
+        raise ValueError("--precision mixed_float16: JAX's CPU backend has no float16 matrix product (XLA:CPU); use "
+                         "--precision mixed_bfloat16 or float32 here, a GPU, or another KERAS_BACKEND")
     if args.strategy != "default" and backend() != "tensorflow":
         raise ValueError(
             f"--strategy {args.strategy} is a tf.distribute strategy, which runs on the TensorFlow backend only "
@@ -578,7 +584,21 @@ def main(argv=None):
         return _main(argv)
 
 
+def require_tensorflow(prog):
+    """Exits with status 2 and one line naming the extra to install when TensorFlow is missing (the training
+    command lines read their data through tf.data); call it before anything imports TensorFlow."""
+    from keras_vit._backend import tensorflow
+
+    try:
+        tensorflow(f"{prog} (its input pipelines are tf.data)")
+    except ImportError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
 def _main(argv):
+    require_tensorflow("keras-vit-train")
+
     def summary(args, metrics):
         return (
             f"held-out accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}, "

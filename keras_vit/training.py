@@ -182,9 +182,11 @@ def compile_model(
 
     Raises:
         ValueError: any argument outside the ranges above, `from_logits`
-            None with a head that is neither softmax nor linear, or a model
+            None with a head that is neither softmax nor linear, a model
             with float16 or bfloat16 weights (the message names the policy
-            to use instead).
+            to use instead), a model quantised with `model.quantize`, or a
+            mixed_float16 model on JAX's CPU backend (no float16 matrix
+            product there).
         RuntimeError: `jit_compile=True` was asked for while op determinism
             is on (the message says so and what to do), or Keras fell back
             to running without XLA.
@@ -213,6 +215,7 @@ def compile_model(
         from_logits = _head_gives_logits(model)
     check_bool("from_logits", from_logits)
     _check_float32_weights(model)
+    _check_trainable_here(model)
     if jit_compile and op_determinism_enabled():
         raise RuntimeError(
             "XLA was requested (jit_compile=True) but TensorFlow's op determinism is on "
@@ -290,6 +293,32 @@ def _check_float32_weights(model):
         f"(keras.mixed_precision.set_global_policy('mixed_{low.dtype}') before building it): {low.dtype} compute, "
         f"float32 weights. Received: model={model.name!r} with dtype policy {policy!r}"
     )
+
+
+def jax_cpu_lacks_float16():
+    """True on the JAX backend without GPU or TPU: XLA:CPU has no float16 matrix product ("The precision
+    'F16_F16_F32' is not supported by dot_general on CPU"), so `mixed_float16` cannot train or predict there."""
+    if backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
+def _check_trainable_here(model):
+    """Raises ValueError for a `model.quantize`d model, or a float16 one on JAX's CPU backend (see compile_model)."""
+    from keras_vit.layers.quantized_sublayers import quantization_summary
+
+    quantized = quantization_summary(model)
+    if quantized:
+        raise ValueError(f"`model`: {quantized}; compile_model trains float models. Train the float model, then quantise "
+                         "it for inference.")
+    if _computes_in_float16(model) and jax_cpu_lacks_float16():
+        raise ValueError(
+            f"`model` {model.name!r} computes in float16 (mixed_float16), which JAX's CPU backend cannot: XLA:CPU "
+            "has no float16 matrix product. Build it under 'mixed_bfloat16' (or 'float32') on a CPU, or train on a "
+            "GPU, or use the TensorFlow or PyTorch backend."
+        )
 
 
 def _computes_in_float16(model):

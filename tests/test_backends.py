@@ -174,11 +174,30 @@ except ImportError as error:
     assert "keras_vit[tensorflow]" in str(error) and "bicubic" in str(error)
 else:
     raise AssertionError("bicubic without TensorFlow")
+try:
+    import export
+except ImportError as error:
+    assert "pip install 'keras_vit[export]'" in str(error), str(error)
+else:
+    raise AssertionError("export imported without TensorFlow")
+from keras_vit import _console
+assert _console.describe_devices().startswith("CPU (")  # the command lines' device line, from the backend
+from keras_vit import pretrain, train
+for main in (train.main, pretrain.main):  # exit 2, one line naming the extra (tested on stderr below)
+    try:
+        main(["--output-dir", "unused"])
+    except SystemExit as exit:
+        assert exit.code == 2
+    else:
+        raise AssertionError("a training command line ran without TensorFlow")
 assert not [m for m in sys.modules if m.startswith("tensorflow") and sys.modules[m] is not None]
 print("OK", keras.backend.backend())
 '''
     result = _run(code, backend, timeout=600)
     assert result.returncode == 0 and f"OK {backend}" in result.stdout, result.stdout[-2000:] + result.stderr[-4000:]
+    for prog in ("keras-vit-train", "keras-vit-pretrain"):
+        assert (f"{prog}: error: {prog} (its input pipelines are tf.data) needs TensorFlow, which is not installed "
+                f"here (Keras backend: {backend!r}). Install it with: pip install 'keras_vit[tensorflow]'") in result.stderr
 
 
 def test_jax_data_parallel_on_two_cpu_devices_trains_as_one_device(workdir):
@@ -225,6 +244,11 @@ def test_tensorflow_only_entry_points_say_so_on_other_backends(backend, tmp_path
     assert result.returncode == 2 and not (tmp_path / "run").exists()
     assert (f"--strategy mirrored is a tf.distribute strategy, which runs on the TensorFlow backend only "
             f"(KERAS_BACKEND={backend} here)") in result.stderr, result.stderr[-3000:]
+    if backend == "jax":  # XLA:CPU has no float16 matrix product: refused before any work, not an XLA error mid-fit
+        result = _run("from keras_vit.train import main; main()", backend, "--output-dir", str(tmp_path / "f16"),
+                      "--epochs", "1", "--precision", "mixed_float16", timeout=300)
+        assert result.returncode == 2 and not (tmp_path / "f16").exists()
+        assert "--precision mixed_float16: JAX's CPU backend has no float16 matrix product" in result.stderr
 
 
 @pytest.mark.slow

@@ -223,3 +223,16 @@ def test_a_model_whose_encoder_has_no_grid_size_in_its_config():
     x = _images(24, 32)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(keras_vit.resize(old, (24, 32, 3))(x)),
                                keras.ops.convert_to_numpy(_offline(model, (24, 32, 3))(x)), atol=1e-5, rtol=0)
+
+
+def test_the_original_model_is_untouched_after_the_resized_one_runs_and_trains():
+    """On JAX, the class token was assigned variable to variable: the two models shared one buffer, which the
+    resized model's first jitted call freed ("Array has been deleted" in the original afterwards)."""
+    model = _model()
+    x = _images(16, 16)
+    before = keras.ops.convert_to_numpy(model.predict(x, verbose=0))
+    resized = keras_vit.resize(model, (24, 24, 3))
+    resized.predict(_images(24, 24), verbose=0)
+    resized.compile(optimizer="sgd", loss="mse")
+    resized.fit(_images(24, 24), np.zeros((2, 3), "float32"), verbose=0)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(model.predict(x, verbose=0)), before)

@@ -356,3 +356,22 @@ def test_jit_compile_is_auto_or_a_bool(tiny_config, value):
         training.compile_model(model, total_steps=2, jit_compile=value)
     training.compile_model(model, total_steps=2, jit_compile="auto")
     assert model.jit_compile is XLA_BY_DEFAULT  # XLA on TensorFlow and JAX; no torch.compile on PyTorch
+
+
+def test_a_keras_quantized_model_is_refused(tiny_config):
+    model = VisionTransformer(**tiny_config)
+    model.quantize("int8")
+    with pytest.raises(ValueError, match=r"`model`: model .* was quantised with model.quantize \(\d+ int8 layers.*Train the float model, then quantise"):
+        training.compile_model(model, total_steps=2)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX's CPU backend only")
+def test_mixed_float16_is_refused_on_jax_cpu(policy, tiny_config):
+    import jax
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("a JAX GPU or TPU computes float16")
+    policy("mixed_float16")
+    model = VisionTransformer(**tiny_config)
+    with pytest.raises(ValueError, match=r"computes in float16 \(mixed_float16\), which JAX's CPU backend cannot"):
+        training.compile_model(model, total_steps=2)

@@ -17,6 +17,17 @@ weights load into the same variables.
 import keras
 
 
+def quantization_summary(model):
+    """None for a float model; for one with layers quantised by `model.quantize`, a phrase naming how many, their
+    mode and the first: "model 'vit' was quantised with model.quantize (13 int8 layers, the first 'patch_encoder/
+    projection')". The loaders and compile_model refuse such models with it."""
+    quantized = [layer for layer in model._flatten_layers() if getattr(layer, "quantization_mode", None)]
+    if not quantized:
+        return None
+    return (f"model {model.name!r} was quantised with model.quantize ({len(quantized)} "
+            f"{quantized[0].quantization_mode} layers, the first {quantized[0].path!r})")
+
+
 class QuantizedSublayers:
     """Mixin for keras_vit layers that own quantisable sublayers (see the module docstring).
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from keras_vit.weights import layouts
 from keras_vit.weights.layouts import ATTENTION, BLOCK, MLP, POS, CheckpointError
-from keras_vit.weights.loader import _stage_units, describe, model_variables, read_position_table
+from keras_vit.weights.loader import _stage_units, check_not_quantized, describe, model_variables, read_position_table
 
 # hidden_size -> num_heads of the published variants (head width 64, 80 for H); PyTorch layouts do not record it.
 HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
@@ -15,6 +15,7 @@ HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
 def to_canonical_arrays(model):
     """Returns the model's weights as a dict in the canonical (Google pre-linen) layout, float32."""
     d = describe(model)
+    check_not_quantized(model, "A checkpoint (save_checkpoint)")
     if d["position_embedding"] != "learned":
         raise CheckpointError(
             f"The checkpoint layout holds a learned 1D position embedding; model {model.name!r} has "
@@ -50,7 +51,9 @@ def save_checkpoint(model, path, overwrite=False):
 
     Raises:
         ValueError: `path` does not end in ".npz"; FileExistsError: it
-            exists and `overwrite` is False.
+            exists and `overwrite` is False; CheckpointError: a model
+            quantised with `model.quantize` (checkpoints hold float weights),
+            or a position embedding other than "learned".
     """
     from keras_vit._files import staged
 

@@ -86,6 +86,18 @@ def describe(model):
     }
 
 
+def check_not_quantized(model, what):
+    """Raises CheckpointError when `model` holds layers quantised by Keras (`model.quantize`): checkpoints hold
+    float weights, which such layers store as integer codes and scales (reading or writing them would be silently
+    wrong). `what` names the operation in the message."""
+    from keras_vit.layers.quantized_sublayers import quantization_summary
+
+    quantized = quantization_summary(model)
+    if quantized:
+        raise CheckpointError(f"{what} works on float models; {quantized}. Use the float model, and quantise it "
+                              "after loading or saving.")
+
+
 def variant_of(model):
     """Returns the builder name ("ViTB16", "ViTR50B16") whose configuration the model has, or None."""
     from keras_vit.models.variants import find_variant
@@ -346,7 +358,8 @@ def load_pretrained(
             both shapes); a missing key; a different number of layers; a
             class token in one but not the other; unknown extra parameters;
             a model whose position embedding is not "learned" (checkpoints
-            hold the 1D learned table);
+            hold the 1D learned table); a model quantised with
+            `model.quantize` (load into the float model, then quantise);
             `head="load"` when the head cannot load.
         ValueError: a bad argument, an unknown checkpoint name, or a failed
             or corrupt download.
@@ -360,6 +373,7 @@ def load_pretrained(
     if antialias and interpolation != "bicubic":
         raise ValueError("`antialias=True` needs interpolation='bicubic' (the reference bilinear has no antialiasing)")
     d = describe(model)
+    check_not_quantized(model, "load_pretrained")
     if d["position_embedding"] != "learned":
         raise CheckpointError(
             "Published ViT checkpoints hold the paper's learned 1D position embedding (position_embedding="

@@ -349,3 +349,20 @@ def test_timm_fc_norm_gets_a_clear_message():
               "fc_norm.weight": np.ones(32), "fc_norm.bias": np.zeros(32)}
     with pytest.raises(CheckpointError, match="timm checkpoint has fc_norm"):
         load_pretrained(_tiny(), arrays)
+
+
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_a_keras_quantized_model_is_refused_both_ways(tmp_path, mode):
+    """Checkpoints hold float weights; a model.quantize'd model stores integer codes and scales (writing them as
+    weights, or loading floats over them, was silently wrong)."""
+    model = _tiny()
+    save_checkpoint(model, tmp_path / "float.npz")
+    model.quantize(mode)
+    before = _snapshot(model)
+    with pytest.raises(CheckpointError, match=rf"was quantised with model.quantize \(\d+ {mode} layers, the first "):
+        save_checkpoint(model, tmp_path / "q.npz")
+    assert not (tmp_path / "q.npz").exists()
+    with pytest.raises(CheckpointError, match=r"load_pretrained works on float models; .* quantise it after loading"):
+        load_pretrained(model, str(tmp_path / "float.npz"))
+    for a, b in zip(_snapshot(model), before):
+        np.testing.assert_array_equal(a, b)
