@@ -11,19 +11,18 @@ another backend is named on stderr). Imported after Keras started on another
 backend, it raises ImportError saying so.
 """
 
+import importlib.util as _importlib_util
 import os as _os
 import sys as _sys
 
-try:
-    import tensorflow as _tf  # noqa: F401
-except ImportError as _error:
+if _importlib_util.find_spec("tensorflow") is None:  # looked up, not imported: its start-up stays quiet (_console)
     _message = ("The export package (SavedModel, TFLite, ONNX) needs TensorFlow, which is not installed here. "
                 "Install it with: pip install 'keras_vit[export]' (or 'keras_vit[tensorflow]'); a .keras file "
                 "saved on any Keras backend exports.")
     if _os.path.basename(_sys.argv[0]) in ("keras-vit-export", "-m"):  # the command line: one line, exit 2
         print(f"keras-vit-export: error: {_message}", file=_sys.stderr)
-        raise SystemExit(2) from None
-    raise ImportError(_message) from _error
+        raise SystemExit(2)
+    raise ImportError(_message)
 
 if "keras" not in _sys.modules:
     if _os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
