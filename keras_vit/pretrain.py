@@ -46,19 +46,17 @@ import os
 import sys
 
 from keras_vit import _files
+from keras_vit._run_files import _atomic_write, _plot_history, _write_json
 from keras_vit.train import (
-    _atomic_write,
     _check_run_args,
     _cli,
     _fit,
     _load_data,
     _model_config,
-    _plot_history,
     _run_metrics,
     _start,
     _steps_per_epoch,
     _timed_evaluate,
-    _write_json,
     add_data_arguments,
     add_model_arguments,
     add_output_arguments,

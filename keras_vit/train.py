@@ -42,13 +42,24 @@ name. An existing `model.keras` is kept unless `--overwrite` is given.
 """
 
 import argparse
-import json
 import os
 import sys
 import time
 
 from keras_vit import _console, _files, _init_from
 from keras_vit._backend import backend
+from keras_vit._run_files import (
+    _RUN_FILE,
+    _atomic_write,
+    _backed_up_epoch,
+    _check_backup_dir,
+    _check_output_dir,
+    _check_resumable,
+    _has_backup,
+    _plot_history,
+    _run_config,
+    _write_json,
+)
 
 DEFAULTS = {
     "image_size": 16,
@@ -244,93 +255,7 @@ def _load_data(args, image_size, batch_size):
     return train, val
 
 
-def _atomic_write(path, write):
-    """Calls write(tmp_path) on a temporary file beside `path`, then moves it into place."""
-    with _files.staged(path, overwrite=True) as tmp:
-        write(tmp)
-
-
-def _write_json(path, obj):
-    def write(tmp):
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-
-    _atomic_write(path, write)
-
-
-def _plot_history(path, history, keys=("loss", "accuracy")):
-    """Writes a PNG with one panel per key of `history`: train and held-out ("val_" + key) per epoch."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = [key for key in keys if key in history]
-    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4), squeeze=False)
-    for ax, key in zip(axes[0], keys):
-        epochs = range(1, len(history[key]) + 1)
-        ax.plot(epochs, history[key], label="train")
-        if "val_" + key in history:
-            ax.plot(epochs, history["val_" + key], label="held-out")
-        ax.set_xlabel("epoch")
-        ax.set_ylabel(key)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
-    plt.close(fig)
-
-
-def _check_output_dir(out):
-    """Raises ValueError unless `out` is, or can become, a folder (checked before any work)."""
-    path = os.path.abspath(out)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    if not os.path.isdir(path):
-        raise ValueError(f"--output-dir {out!r} cannot be a folder: {path!r} is a file")
-    if not os.access(path, os.W_OK):
-        raise ValueError(f"--output-dir {out!r}: {path!r} is not writable")
-
-
 _ITERATORS_PER_EPOCH = 2  # keras/src/trainers/epoch_iterator.py: one at the end of an epoch, one at the start
-
-
-_RUN_FILE = "run.json"  # the flags of the run a backup belongs to (_check_resumable)
-_BACKUP_FILES = {"latest.weights.h5", "training_metadata.json", "latest.weights.h5.bkp",
-                 "training_metadata.json.bkp", _RUN_FILE}
-
-
-def _check_backup_dir(backup_dir, out):
-    """Refuses a backup folder that holds anything else: BackupAndRestore deletes the whole folder at the end."""
-    backup, output = os.path.realpath(backup_dir), os.path.realpath(out)
-    if output == backup or output.startswith(backup + os.sep):
-        raise ValueError(f"--backup-dir {backup_dir!r} must not be or contain --output-dir (it is deleted when "
-                         "training ends)")
-    if os.path.lexists(backup_dir) and not os.path.isdir(backup_dir):
-        raise ValueError(f"--backup-dir {backup_dir!r} is a file; give a folder")
-    if os.path.isdir(backup_dir):
-        other = sorted(n for n in os.listdir(backup_dir) if n not in _BACKUP_FILES and not n.startswith("worker_"))
-        if other:
-            raise ValueError(
-                f"--backup-dir {backup_dir!r} holds other files ({', '.join(other[:3])}); the folder is deleted when "
-                "training ends, so give a new or empty folder"
-            )
-
-
-def _has_backup(backup_dir):
-    """Whether `backup_dir` holds a BackupAndRestore checkpoint that `model.fit` will restore."""
-    return any(os.path.exists(os.path.join(backup_dir, name)) for name in ("training_metadata.json",
-                                                                          "training_metadata.json.bkp"))
-
-
-def _backed_up_epoch(backup_dir):
-    """The epoch a `keras.callbacks.BackupAndRestore` backup in `backup_dir` resumes at (0 without one)."""
-    try:
-        with open(os.path.join(backup_dir, "training_metadata.json")) as f:
-            return int(json.load(f)["epoch"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0
 
 
 def _check_run_args(args, outputs):
@@ -382,30 +307,6 @@ def _check_run_args(args, outputs):
     _check_backup_dir(backup_dir, out)
     _check_resumable(backup_dir, args)
     return warmup_epochs
-
-
-def _run_config(args):
-    """The flags that define a run, as stored beside its backup: all but --overwrite and --verbose."""
-    return {k: v for k, v in sorted(vars(args).items()) if k not in ("overwrite", "verbose")}
-
-
-def _check_resumable(backup_dir, args):
-    """Refuses to resume a backup that another command left (BackupAndRestore would restore it regardless)."""
-    if not _has_backup(backup_dir):
-        return
-    try:
-        with open(os.path.join(backup_dir, _RUN_FILE)) as f:
-            saved = json.load(f)
-    except (OSError, ValueError):
-        return
-    config = json.loads(json.dumps(_run_config(args)))  # the JSON form, as saved (tuples become lists)
-    if saved != config:
-        changed = [k for k in sorted(set(saved) | set(config)) if saved.get(k) != config.get(k)]
-        raise ValueError(
-            f"{backup_dir} holds the backup of an interrupted run of another command ("
-            + ", ".join(f"--{k.replace('_', '-')} {saved.get(k)!r} then, {config.get(k)!r} now" for k in changed[:4])
-            + "): rerun that command to resume it, or delete the folder to start afresh"
-        )
 
 
 def _start(args):
