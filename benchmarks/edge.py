@@ -22,8 +22,9 @@ Per file:
   `--samples` inputs, run on 2 threads: raw, and `export.verify.compare`'s
   decisive_top1_agreement (flips where Keras' margin is under 1% of its top score not counted).
   `--weights trained` (default): no pretrained weights can be downloaded here, so each model is
-  fine-tuned briefly on scikit-learn's digits at 224 px (`trained`, the project's `compile_model`
-  recipe, cached under runs/edge_models/ by model, size, seed and epochs); the inputs are the first
+  trained on scikit-learn's digits (`trained`: 20 epochs at 64 px, then `keras_vit.resize` to 224 px and
+  4 epochs there, the paper's low-then-high resolution recipe with the project's `compile_model`;
+  cached under runs/edge_models/ by model, schedule and seed); the inputs are the first
   `--samples` of the 360 held-out digits, calibration uses the training digits (as export's
   `--calibration-data digits`), and each file's held-out accuracy is recorded too.
   `--weights random`: random init, whose zero-initialised head gives every logit 0, so the head is
@@ -58,9 +59,11 @@ ISSUE_MODES = {
 }
 WEIGHTS = ("trained", "random")
 TRAIN_SEED = 0
-TRAIN_EPOCHS = {"Ti16": 3, "S16": 2, QUICK_MODEL: 1}
+# (image size in px, epochs, peak learning rate) per stage: the paper's recipe, train at low resolution, then resize
+# (2D-interpolated position embeddings, Sec. 3.2) and fine-tune at 224 px; 64 px (16 tokens) trains 12x faster here
+TRAIN_SCHEDULE = {"Ti16": ((64, 20, 1e-3), (224, 4, 1e-3)), "S16": ((64, 20, 1e-3), (224, 4, 1e-3)),
+                  QUICK_MODEL: ((32, 1, 5e-4),)}
 TRAIN_BATCH_SIZE = 32
-TRAIN_LEARNING_RATE = 5e-4
 CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs", "edge_models")
 HEAD_SPREAD = 4.0  # standard deviation of the seeded head's logits over the inputs
 CALIBRATION_SAMPLES = 32
@@ -120,67 +123,95 @@ def plan(wanted=None):
     return pairs, notes
 
 
-def build(name, classes=None):
+def build(name, classes=None, image_size=None):
     """A random-init float32 model, seed 0: "tiny" (32 px, smoke runs, 10 classes) or a key of `MODELS` (224 px,
-    1000 classes); `classes` overrides the head's size."""
+    1000 classes); `classes` overrides the head's size, `image_size` (px, a multiple of the patch size) the input's."""
     import keras
 
     import keras_vit
 
     keras.utils.set_random_seed(0)
     if name == QUICK_MODEL:
+        size = image_size or 32
         return keras_vit.VisionTransformer(patch_size=8, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
-                                           input_shape=(32, 32, 3), classes=classes or 10,
+                                           input_shape=(size, size, 3), classes=classes or 10,
                                            classifier_activation=None, name="tiny")
-    return getattr(keras_vit, MODELS[name])(weights=None, input_shape=(224, 224, 3), classes=classes or 1000,
+    size = image_size or 224
+    return getattr(keras_vit, MODELS[name])(weights=None, input_shape=(size, size, 3), classes=classes or 1000,
                                             classifier_activation=None)
 
 
-def trained(name, *, seed=TRAIN_SEED, epochs=None, batch_size=TRAIN_BATCH_SIZE, steps=None, cache_dir=CACHE_DIR,
-            progress=print):
-    """`build(name)` fine-tuned on scikit-learn's digits (`keras_vit.data.digits`, train split, 1,437 images) at the
-    model's image size, weights cached in `cache_dir` so that a rerun skips the training.
+def schedule_tag(schedule):
+    """The cache key of a training schedule, e.g. "64px-e20-lr0.001_224px-e4-lr0.001"."""
+    return "_".join(f"{size}px-e{epochs}-lr{lr:g}" for size, epochs, lr in schedule)
 
-    The project's recipe (`keras_vit.training.compile_model`: AdamW, learning rate `TRAIN_LEARNING_RATE` with linear
-    warm-up over the first 10% of steps then cosine decay, global clip norm 1; no XLA), weights seeded as in
-    `build`, `seed` for the data order, `epochs` (default `TRAIN_EPOCHS[name]`) or only the first `steps` batches (tests). The head is
-    a 10-class one (classes "0".."9"). Cache file:
-    `{cache_dir}/{model name}_{image size}px_seed{seed}_e{epochs}[_s{steps}].weights.h5`, written to a temporary
-    name and moved into place.
+
+def trained(name, *, seed=TRAIN_SEED, schedule=None, batch_size=TRAIN_BATCH_SIZE, steps=None, cache_dir=CACHE_DIR,
+            progress=print):
+    """`build(name)` trained on scikit-learn's digits (`keras_vit.data.digits`, train split, 1,437 images), ending at
+    the model's image size, weights cached in `cache_dir` so that a rerun skips the training.
+
+    `schedule` (default `TRAIN_SCHEDULE[name]`): stages of (image size in px, epochs, peak learning rate). The first
+    stage trains `build(name, classes=10, image_size=...)` from random init (seeded as in `build`); each later stage
+    takes the previous model to its size with `keras_vit.resize` (position embeddings 2D-interpolated, the paper's
+    fine-tuning at higher resolution, Sec. 3.2) and trains on. Every stage uses the project's recipe
+    (`keras_vit.training.compile_model`: AdamW, linear warm-up over the first 10% of the stage's steps then cosine
+    decay, global clip norm 1; no XLA), data order seed `seed + stage`; `steps` trains only the first `steps` batches
+    of each epoch (tests). The last stage's size must be the model's (224 px; "tiny": 32 px). The head is a 10-class
+    one (classes "0".."9"). Cache file: `{cache_dir}/{model name}_{schedule_tag(schedule)}_seed{seed}[_s{steps}]
+    .weights.h5`, written to a temporary name and moved into place.
 
     Returns `(model, info)`: the float32 model (logits `(batch, 10)`) and `{"cache", "cached", "train_s",
-    "steps", "val_accuracy"}` (held-out accuracy on the 360 validation digits, in [0, 1]).
+    "steps", "val_accuracy", "schedule"}` (held-out accuracy on the 360 validation digits, in [0, 1]).
+
+    Raises:
+        ValueError: the schedule is empty or does not end at the model's image size.
     """
     import keras
 
+    import keras_vit
     from keras_vit import data, training
     from keras_vit._files import staged
 
-    epochs = TRAIN_EPOCHS.get(name, 1) if epochs is None else epochs
+    schedule = tuple(TRAIN_SCHEDULE.get(name, ((32, 1, 5e-4),)) if schedule is None else schedule)
     model = build(name, classes=10)
-    keras.utils.set_random_seed(seed)
     size = model.input_shape[1]
-    tag = f"{model.name}_{size}px_seed{seed}_e{epochs}" + (f"_s{steps}" if steps else "")
+    if not schedule or schedule[-1][0] != size:
+        raise ValueError(f"schedule must end at the model's image size {size} px. Received: schedule={schedule!r}")
+    tag = f"{model.name}_{schedule_tag(schedule)}_seed{seed}" + (f"_s{steps}" if steps else "")
     cache = os.path.join(cache_dir, f"{tag}.weights.h5")
-    train = data.digits("train", image_size=size, batch_size=batch_size, seed=seed)
-    val = data.digits("validation", image_size=size, batch_size=64)
-    per_epoch = int(train.cardinality()) if steps is None else min(steps, int(train.cardinality()))
-    info = {"cache": cache, "cached": os.path.exists(cache), "train_s": 0.0, "steps": epochs * per_epoch}
+    per_epoch = [int(data.digits("train", image_size=s, batch_size=batch_size, seed=seed).cardinality())
+                 for s, _, _ in schedule]
+    per_epoch = [n if steps is None else min(steps, n) for n in per_epoch]
+    info = {"cache": cache, "cached": os.path.exists(cache), "train_s": 0.0, "schedule": [list(s) for s in schedule],
+            "steps": sum(e * n for (_, e, _), n in zip(schedule, per_epoch))}
     if info["cached"]:
         model.load_weights(cache)
         progress(f"{name}: trained weights from {cache}")
     else:
-        total = epochs * per_epoch
-        training.compile_model(model, total_steps=total, learning_rate=TRAIN_LEARNING_RATE,
-                               warmup_steps=max(1, total // 10), jit_compile=False)
-        progress(f"{name}: fine-tuning on digits at {size} px, {epochs} epoch(s) of {per_epoch} steps of "
-                 f"{batch_size} (seed {seed})")
         start = time.perf_counter()
-        model.fit(train.take(per_epoch), epochs=epochs, verbose=0, shuffle=False)  # digits() shuffles
+        current = None
+        for stage, ((stage_size, epochs, learning_rate), n) in enumerate(zip(schedule, per_epoch)):
+            if current is None:
+                current = build(name, classes=10, image_size=stage_size)
+            else:
+                current = keras_vit.resize(current, (stage_size, stage_size, 3))
+            keras.utils.set_random_seed(seed + stage)
+            train = data.digits("train", image_size=stage_size, batch_size=batch_size, seed=seed + stage)
+            total = epochs * n
+            training.compile_model(current, total_steps=total, learning_rate=learning_rate,
+                                   warmup_steps=max(1, total // 10), jit_compile=False)
+            progress(f"{name}: training on digits at {stage_size} px, {epochs} epoch(s) of {n} steps of "
+                     f"{batch_size}, learning rate {learning_rate:g} (seed {seed + stage})")
+            current.fit(train.take(n), epochs=epochs, verbose=0, shuffle=False)  # digits() shuffles
         info["train_s"] = time.perf_counter() - start
+        for layer in model.layers:  # by name: the resized model is rebuilt from the config, its layers named alike
+            if layer.weights:
+                layer.set_weights(current.get_layer(layer.name).get_weights())
         os.makedirs(cache_dir, exist_ok=True)
         with staged(cache, overwrite=True) as tmp:
             model.save_weights(tmp)
+    val = data.digits("validation", image_size=size, batch_size=64)
     logits = model.predict(val, verbose=0)
     labels = np.concatenate([y for _, y in val.as_numpy_iterator()])
     info["val_accuracy"] = float(np.mean(logits.argmax(-1) == labels))
@@ -367,7 +398,7 @@ def measure(names, pairs, samples=256, rounds=10, runs=10, calibration_samples=C
             agreement_budget_s=None, progress=print, weights="trained", cache_dir=CACHE_DIR, train_steps=None):
     """The edge table's rows: one per (model, format, mode) exported, plus the notes of what was skipped.
 
-    `weights`: "trained" (default: `trained`, fine-tuned on digits and cached in `cache_dir`; `train_steps` batches
+    `weights`: "trained" (default: `trained`, trained on digits and cached in `cache_dir`; `train_steps` batches
     per epoch for tests; agreement on the first `samples` held-out digits, calibration on the training digits) or
     "random" (`build` with `decisive_head`, seeded smooth random fields as inputs and calibration).
 
@@ -506,12 +537,15 @@ def markdown(result):
     if result.get("weights", "random") == "trained":
         accuracy = {r["model"]: r["keras_accuracy"] for r in result["rows"] if r.get("keras_accuracy") is not None}
         judge = (f"agreement on the first {result['samples']} held-out digits (2 threads) with the Keras model "
-                 f"fine-tuned on digits at 224 px (`benchmarks.edge.trained`; its held-out accuracy on them: "
+                 f"trained on digits (`benchmarks.edge.trained`: 64 px, then resized and fine-tuned at 224 px; "
+                 f"its held-out accuracy on them: "
                  + ", ".join(f"{m} {a:.1%}" for m, a in accuracy.items()) + ")")
     else:
         judge = f"agreement on {result['samples']} seeded inputs (2 threads), random weights, seeded decisive head"
     lines = [f"{result['machine']}. Batch 1; latency: median of {result['rounds']} interleaved rounds of the median "
-             f"of {result['runs']} calls; {judge} (`benchmarks/edge.py`).", "",
+             f"of {result['runs']} calls; {judge} (`benchmarks/edge.py`)."
+             + ("" if not result.get("measured") else " Measured: " + ", ".join(
+                 f"{m} {t}" for m, t in result["measured"].items()) + "."), "",
              "| model | format | mode | ms, 1 thread | ms, 2 threads | x float32 (1 / 2 threads) | 2-thread speed-up "
              "| MB | x float32 size | top-1 agreement (decisive) | ops off XNNPACK / ops (partitions) | float ops |",
              "|" + "---|" * 12]
@@ -562,9 +596,42 @@ def run(names, wanted=None, samples=256, rounds=10, runs=10, agreement_budget_s=
     result = {"machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, TensorFlow {tf.__version__}, LiteRT "
                          f"{litert}, onnxruntime {onnxruntime.__version__}",
               "models": list(names), "weights": weights, "samples": samples, "rounds": rounds, "runs": runs, "rows": rows,
-              "notes": notes + skipped}
+              "notes": notes + skipped, "measured": {name: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+                                                     for name in names}}
     result["bars"] = bars(rows)
     return result
+
+
+def merge(result, earlier):
+    """`result` with the rows of the models it lacks taken from `earlier` (an earlier `run` result, as JSON).
+
+    Each model's files are timed in interleaved rounds of their own, so a model measured in another run of the
+    same settings on the same machine compares alike; its peer rows, notes and measuring time come with it, and
+    the bars are computed again over all rows.
+
+    Raises:
+        ValueError: the two runs differ in machine, weights, samples, rounds or runs (the message names it).
+    """
+    for key in ("machine", "weights", "samples", "rounds", "runs"):
+        if earlier.get(key) != result[key]:
+            raise ValueError(f"--merge: the earlier run's {key} is {earlier.get(key)!r}, this run's {result[key]!r}; "
+                             "merge only runs of the same settings on the same machine")
+    taken = [m for m in earlier.get("models", []) if m not in result["models"]]
+    if not taken:
+        return result
+    models = [m for m in MODELS if m in result["models"] or m in taken] + [m for m in result["models"] if m not in MODELS]
+
+    def owner(text):  # "Ti16", "Ti16 (HF PyTorch, litert-torch)", "Ti16: note" -> "Ti16"
+        return text.split(":")[0].split(" ")[0]
+
+    rows = [r for m in models for r in (result["rows"] if m in result["models"] else earlier["rows"])
+            if owner(r["model"]) == m]
+    notes = result["notes"] + [n for n in earlier.get("notes", [])
+                               if owner(n) in taken or (n.startswith("peer row") and "Ti16" in taken)]
+    measured = {**{m: t for m, t in earlier.get("measured", {}).items() if m in taken}, **result.get("measured", {})}
+    merged = {**result, "models": models, "rows": rows, "notes": notes, "measured": measured}
+    merged["bars"] = bars(rows)
+    return merged
 
 
 def update_readme(table, readme=os.path.join(HERE, "README.md")):
@@ -588,7 +655,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="a tiny model at 32 px, 32 inputs, 2 rounds of 3 calls: a smoke run")
     parser.add_argument("--weights", choices=WEIGHTS, default="trained",
-                        help="trained: ViT-Ti/16 and ViT-S/16 fine-tuned on digits (cached under runs/edge_models; "
+                        help="trained: ViT-Ti/16 and ViT-S/16 trained on digits (cached under runs/edge_models; "
                              "agreement on held-out digits); random: random init with a seeded decisive head on "
                              "random smooth images (default: trained)")
     parser.add_argument("--samples", type=int, default=None, help="agreement inputs (default 256)")
@@ -601,6 +668,9 @@ def main(argv=None):
                         help="Python of a virtual environment with litert-torch: adds the peer rows (HF PyTorch "
                              "ViT-Ti/16, benchmarks/edge_peer.py); default $KERAS_VIT_PEER_PYTHON")
     parser.add_argument("--output", default=None, help="also write the result as JSON here")
+    parser.add_argument("--merge", default=None,
+                        help="an earlier --output JSON (same machine and settings): the models this run does not "
+                             "measure keep their rows from it, in one table (each model is timed in rounds of its own)")
     parser.add_argument("--update-readme", action="store_true",
                         help="put the table into benchmarks/README.md (full runs only)")
     args = parser.parse_args(argv)
@@ -633,8 +703,20 @@ def main(argv=None):
              " --models Ti16 is allowed when S16 does not fit in the time)")
     if args.peer_python and not os.path.isfile(args.peer_python):
         fail(f"--peer-python must be a Python executable. Received: {args.peer_python}")
+    earlier = None
+    if args.merge:
+        try:
+            with open(args.merge) as f:
+                earlier = json.load(f)
+        except (OSError, ValueError) as e:
+            fail(f"--merge must be a JSON file written by --output. Received: {args.merge} ({e})")
     result = run(names, wanted, samples, rounds, runs, args.agreement_budget,
                  progress=lambda text: print(text, flush=True), peer_python=args.peer_python, weights=args.weights)
+    if earlier is not None:
+        try:
+            result = merge(result, earlier)
+        except ValueError as e:
+            fail(str(e))
     table = markdown(result)
     print()
     print(table)

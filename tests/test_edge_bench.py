@@ -102,9 +102,11 @@ def test_training_on_digits_then_the_cache_skips_it(tmp_path):
     from benchmarks import edge
 
     model, info = edge.trained("tiny", steps=2, cache_dir=str(tmp_path), progress=lambda text: None)
-    assert info["steps"] == edge.TRAIN_EPOCHS["tiny"] * 2 and not info["cached"] and info["train_s"] > 0
-    assert info["cache"] == str(tmp_path / "tiny_32px_seed0_e1_s2.weights.h5") and (tmp_path / info["cache"]).exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["tiny_32px_seed0_e1_s2.weights.h5"]  # no temporary file left
+    (size, epochs, _), = edge.TRAIN_SCHEDULE["tiny"]
+    assert info["steps"] == epochs * 2 and not info["cached"] and info["train_s"] > 0
+    name = f"tiny_{size}px-e{epochs}-lr0.0005_seed0_s2.weights.h5"
+    assert info["cache"] == str(tmp_path / name) and (tmp_path / name).exists()
+    assert [p.name for p in tmp_path.iterdir()] == [name]  # no temporary file left
     fresh = edge.build("tiny", classes=10)
     kernel = model.get_layer("predictions").get_weights()[0]
     assert np.all(fresh.get_layer("predictions").get_weights()[0] == 0) and np.abs(kernel).max() > 0  # it trained
@@ -112,6 +114,56 @@ def test_training_on_digits_then_the_cache_skips_it(tmp_path):
     assert info2["cached"] and info2["train_s"] == 0 and info2["val_accuracy"] == info["val_accuracy"]
     for a, b in zip(model.weights, again.weights):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+
+
+def test_a_low_resolution_stage_is_resized_and_trained_on(tmp_path):
+    import keras
+
+    from benchmarks import edge
+
+    said = []
+    schedule = ((16, 1, 1e-3), (32, 1, 5e-4))
+    model, info = edge.trained("tiny", schedule=schedule, steps=2, cache_dir=str(tmp_path), progress=said.append)
+    assert info["steps"] == 4 and info["schedule"] == [[16, 1, 1e-3], [32, 1, 5e-4]]
+    assert info["cache"].endswith("tiny_16px-e1-lr0.001_32px-e1-lr0.0005_seed0_s2.weights.h5")
+    assert [line.split(",")[0] for line in said[:2]] == ["tiny: training on digits at 16 px", "tiny: training on digits at 32 px"]
+    assert model.input_shape == (None, 32, 32, 3)
+    # the 16 px stage's 2 x 2 position table was interpolated to the 4 x 4 grid: it is not the random init of
+    # a 32 px model (which two steps at 5e-4 would move by about 1e-3 at most)
+
+    def table(m):
+        (w,) = [w for w in m.get_layer("patch_encoder").weights if w.path.endswith("position_embedding")]
+        return keras.ops.convert_to_numpy(w)
+
+    fresh = table(edge.build("tiny", classes=10))
+    assert table(model).shape == fresh.shape == (1, 17, 32) and np.abs(table(model) - fresh).max() > 1e-2
+    with pytest.raises(ValueError, match="schedule must end at the model's image size 32 px"):
+        edge.trained("tiny", schedule=((16, 1, 1e-3),), cache_dir=str(tmp_path))
+
+
+def test_merge_takes_the_models_a_run_lacks_and_recomputes_the_bars():
+    from benchmarks import edge
+
+    def row(model, mode, ms):
+        return {"model": model, "format": "tflite", "mode": mode, "ratio_1": 0.5, "speedup": ms,
+                "decisive_top1_agreement": 1.0, "size_ratio": 0.3, "float_ops": 0}
+
+    settings = {"machine": "m", "weights": "trained", "samples": 256, "rounds": 10, "runs": 10}
+    ti = {**settings, "models": ["Ti16"], "rows": [row("Ti16", "float32", 1.6), row("Ti16 (HF PyTorch, x)", "float32", 2)],
+          "notes": ["Ti16: a", "peer row (HF): b"], "measured": {"Ti16": "t1"}}
+    s = {**settings, "models": ["S16"], "rows": [row("S16", "float32", 1.2)], "notes": ["S16: c"],
+         "measured": {"S16": "t2"}}
+    s["bars"] = edge.bars(s["rows"])
+    merged = edge.merge(s, ti)
+    assert merged["models"] == ["Ti16", "S16"]
+    assert [r["model"] for r in merged["rows"]] == ["Ti16", "Ti16 (HF PyTorch, x)", "S16"]
+    assert merged["notes"] == ["S16: c", "Ti16: a", "peer row (HF): b"]
+    assert merged["measured"] == {"Ti16": "t1", "S16": "t2"}
+    assert {b["bar"]: b["met"] for b in merged["bars"]}["ViT-S/16 in the same table"] is True
+    assert {b["bar"]: b["met"] for b in merged["bars"]}["every mode: 2 threads >= 1.5x faster than 1 thread"] is True
+    assert edge.merge(s, {**s, "rows": []}) is s  # nothing to take
+    with pytest.raises(ValueError, match="earlier run's rounds is 5"):
+        edge.merge(s, {**ti, "rounds": 5})
 
 
 def test_digits_inputs_are_the_fixed_held_out_digits_and_the_training_split():
