@@ -7,9 +7,10 @@ TFLite files (TensorFlow's converter, 8 seeded calibration images) and the int8 
 `export.int8_graph.symmetric_matmul_operands`. For each file:
 - its op profile (`export.profile.tflite_profile`): ops, ops on XNNPACK, XNNPACK partitions;
 - per-op-type time: LiteRT 2.3's Python API has no profiler, so every op is cut out of the file into
-  a one-op model (same tensors, quantisation parameters and weights) and timed alone, with XNNPACK
-  where the full graph gives the op to XNNPACK and on the builtin kernels where it does not;
-  the sum leaves out what passing data between partitions costs;
+  a one-op model (same tensors, quantisation parameters and weights), fed its inputs' values from a
+  whole-graph run and timed alone, with XNNPACK where the full graph gives the op to XNNPACK and on
+  the builtin kernels where it does not (`export.profile.op_times`); the sum leaves out what passing
+  data between partitions costs;
 - batch-1 latency of the whole file on 1 and 2 threads, the files in alternation (`--rounds`), a
   figure being the median over rounds of the median of `--runs` calls; the ratio to float32 is the
   median over rounds of each round's ratio (the machine's load changes between rounds);
@@ -20,71 +21,21 @@ import argparse
 import collections
 import os
 import tempfile
-import time
 from unittest import mock
 
 import numpy as np
 
 
-def one_op_models(content):
-    """Yields `(op index, op name, bytes of a model holding that op alone)` for every op of a `.tflite`."""
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
-
-    model = schema.ModelT.InitFromPackedBuf(bytearray(content), 0)
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    subgraph = model.subgraphs[0]
-    model.signatureDefs, model.metadata = None, None
-    def constant(t):
-        data = model.buffers[subgraph.tensors[t].buffer].data
-        return data is not None and len(data) > 0
-
-    for index, op in enumerate(list(subgraph.operators)):
-        code = model.operatorCodes[op.opcodeIndex]
-        subgraph.operators = [op]
-        subgraph.inputs = [t for t in op.inputs if t >= 0 and not constant(t)]
-        subgraph.outputs = list(op.outputs)
-        builder = flatbuffers.Builder(1024)
-        builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-        yield index, names[max(code.builtinCode, code.deprecatedBuiltinCode)], bytes(builder.Output())
-
-
-def _invoke_ms(content, xnnpack, runs):
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    options = {} if xnnpack else {"experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
-    interpreter = Interpreter(model_content=content, num_threads=1, **options)
-    interpreter.allocate_tensors()
-    rng = np.random.default_rng(0)
-    for detail in interpreter.get_input_details():
-        if np.issubdtype(detail["dtype"], np.integer):
-            info = np.iinfo(detail["dtype"])
-            value = rng.integers(info.min, info.max, detail["shape"], endpoint=True)
-        else:
-            value = rng.uniform(-1, 1, detail["shape"])
-        interpreter.set_tensor(detail["index"], value.astype(detail["dtype"]))
-    times = []
-    for i in range(runs + 3):
-        start = time.perf_counter()
-        interpreter.invoke()
-        if i >= 3:
-            times.append(time.perf_counter() - start)
-    return 1000.0 * float(np.median(times))
-
-
 def op_times(path, runs=20):
-    """`{(op, "xnnpack" | "builtin"): [count, ms]}`: each op timed alone where the full graph runs it."""
-    from export.profile import _delegated
+    """`{(op, "xnnpack" | "builtin"): [count, ms]}`: each op timed alone where the full graph runs it, 1 thread
+    (`export.profile.op_times`)."""
+    from export import profile
 
-    taken, _ = _delegated(path, 1)
-    with open(path, "rb") as f:
-        content = f.read()
     rows = collections.defaultdict(lambda: [0, 0.0])
-    for index, name, single in one_op_models(content):
-        on_xnnpack = index in taken
-        row = rows[(name, "xnnpack" if on_xnnpack else "builtin")]
+    for t in profile.op_times(path, 1, runs):
+        row = rows[(t["op"], "xnnpack" if t["xnnpack"] else "builtin")]
         row[0] += 1
-        row[1] += _invoke_ms(single, on_xnnpack, runs)
+        row[1] += t["ms"]
     return dict(rows)
 
 

@@ -41,7 +41,7 @@ def build_parser():
     p.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     p.add_argument("--profile", action="store_true",
                    help="add each .tflite file's op profile to report.json (op types, tensor types, ops on XNNPACK "
-                        "and why the others are not) and print it")
+                        "and why the others are not, time per op type unless --no-latency) and print it")
     p.add_argument("--batch-size", choices=["1", "dynamic"], default="1",
                    help=".tflite files: a fixed batch of 1 (default; what phones run, no shape ops) or a dynamic batch")
     p.add_argument("--scores", choices=["probabilities", "logits"], default="probabilities",

@@ -216,8 +216,8 @@ def export_all(
         profile: bool; True adds each TFLite artifact's op profile
             (`export.profile.tflite_profile`, 1 thread: op types, tensor
             types, what XNNPACK takes and why not, and, with
-            `measure_latency`, batch-1 latency with and without XNNPACK)
-            under "profile".
+            `measure_latency`, batch-1 latency with and without XNNPACK
+            and each op's time, timed alone) under "profile".
         batch_size: 1 (default: what phones run; no shape ops, 2 XNNPACK
             partitions on a float32 ViT) or None (dynamic batch) for the
             TFLite files; the SavedModel and ONNX files keep a dynamic batch.

@@ -13,10 +13,15 @@ this module uses it:
   tensors. Matching outputs names each op XNNPACK took; the rest run on
   LiteRT's builtin kernels.
 - There is no profiler in the Python API (no per-op timing, no
-  `benchmark_model` binary in the wheel): per-op time is reported as
-  not available, never estimated. What is measured is the whole graph's
-  batch-1 latency with XNNPACK and with builtin kernels only
-  (`OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES`).
+  `benchmark_model` binary in the wheel). Per-op time is measured by
+  isolation instead (`op_times`): every op is cut out of the file into a
+  one-op model (its tensors, quantisation parameters and constant
+  weights), fed the values its inputs take in a real batch-1 run of the
+  whole file, and timed alone, on XNNPACK where XNNPACK takes it and on
+  the builtin kernels where it does not. The sum leaves out what passing
+  data between partitions costs, so it can differ from the whole graph's
+  batch-1 latency, which is measured too, with XNNPACK and with builtin
+  kernels only (`OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES`).
 - XNNPACK does not say why it declines an op. The reason given is read
   from the graph: integer shape arithmetic (int32/int64 tensors only, which
   XNNPACK does not compute), a shape operand computed at run time (XNNPACK
@@ -30,9 +35,10 @@ import time
 
 import numpy as np
 
-TIME_NOT_AVAILABLE = (
-    "LiteRT 2.3's Python Interpreter has no profiler (no per-op timing API, no benchmark_model binary in the "
-    "ai-edge-litert wheel); whole-graph latency with and without XNNPACK is measured instead"
+OP_TIME_METHOD = (
+    "each op timed alone (a one-op model fed its inputs' values from a batch-1 run of the whole file; XNNPACK "
+    "where it takes the op, else the builtin kernel), median of the runs; LiteRT 2.3's Python API has no "
+    "profiler. The sum leaves out the cost between ops and partitions"
 )
 _INT_INDEX = ("int32", "int64")
 _QUANTISED = ("int8", "uint8", "int16")
@@ -130,6 +136,135 @@ def graph_latency_ms(path, num_threads=1, xnnpack=True, runs=20):
     return 1000.0 * float(np.median(times))
 
 
+def _op_name(model, op):
+    from ai_edge_litert import schema_py_generated as schema
+
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    code = model.operatorCodes[op.opcodeIndex]
+    return names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "CUSTOM")
+
+
+def one_op_models(content, shapes=None):
+    """Yields `(op index, op name, input tensor indices, bytes of a .tflite model holding that op alone)`.
+
+    Each one-op model keeps the op, its options and its tensors (types, quantisation parameters, the
+    constant weights' buffers); its inputs are the op's non-constant input tensors, its outputs the
+    op's outputs. `shapes`: `{tensor index: shape}` to give tensors (a dynamic-batch file's batch-1
+    shapes); the original indices of the inputs are yielded so that a caller can feed them.
+    """
+    import copy
+
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(bytearray(content), 0)
+    subgraph = model.subgraphs[0]
+
+    def constant(t):
+        data = model.buffers[subgraph.tensors[t].buffer].data
+        return data is not None and len(data) > 0
+
+    for index, op in enumerate(subgraph.operators):
+        used = list(dict.fromkeys(t for t in [*op.inputs, *op.outputs, *(op.intermediates or [])] if t >= 0))
+        remap = {t: i for i, t in enumerate(used)}
+        single = schema.ModelT()
+        single.version, single.operatorCodes, single.buffers = model.version, model.operatorCodes, [schema.BufferT()]
+        tensors = []
+        for t in used:
+            tensor = copy.copy(subgraph.tensors[t])
+            tensor.buffer = 0
+            if constant(t):
+                single.buffers.append(model.buffers[subgraph.tensors[t].buffer])
+                tensor.buffer = len(single.buffers) - 1
+            elif shapes is not None and t in shapes:
+                tensor.shape, tensor.shapeSignature = list(shapes[t]), None
+            tensors.append(tensor)
+        alone = copy.copy(op)
+        alone.inputs = [remap[t] if t >= 0 else -1 for t in op.inputs]
+        alone.outputs = [remap[t] for t in op.outputs]
+        alone.intermediates = [remap[t] for t in (op.intermediates or [])]
+        graph = schema.SubGraphT()
+        graph.tensors, graph.operators = tensors, [alone]
+        inputs = list(dict.fromkeys(t for t in op.inputs if t >= 0 and not constant(t)))
+        graph.inputs, graph.outputs = [remap[t] for t in inputs], list(alone.outputs)
+        single.subgraphs = [graph]
+        builder = flatbuffers.Builder(1024)
+        builder.Finish(single.Pack(builder), file_identifier=b"TFL3")
+        yield index, _op_name(model, op), inputs, bytes(builder.Output())
+
+
+def tensor_values(path):
+    """`{tensor index: value}` of every tensor in one batch-1 run of a `.tflite` file on the builtin kernels.
+
+    The input is `_batch1_input`'s seeded image; LiteRT keeps every intermediate
+    (`experimental_preserve_all_tensors`). Values the ops of `one_op_models` are fed, so that each op sees
+    what it sees in the whole graph (a LayerNorm's RSQRT gets a positive variance, a softmax real scores).
+    """
+    from ai_edge_litert.interpreter import OpResolverType
+
+    interpreter, _ = _interpreter(path, 1, experimental_preserve_all_tensors=True,
+                                  experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    index, image = _batch1_input(interpreter)
+    interpreter.set_tensor(index, image)
+    interpreter.invoke()
+    values = {}
+    for detail in interpreter.get_tensor_details():
+        try:
+            values[detail["index"]] = interpreter.get_tensor(detail["index"])
+        except ValueError:  # a tensor with no data (optional, or never allocated)
+            pass
+    return values
+
+
+def op_times(path, num_threads=1, runs=20):
+    """Per-op batch-1 time of a `.tflite` file by isolation: each op timed alone where the whole graph runs it.
+
+    Every op becomes a one-op model (`one_op_models`) fed the values its inputs take in a real batch-1
+    run (`tensor_values`), run on XNNPACK when XNNPACK takes the op in the whole file (`_delegated`) and
+    on LiteRT's builtin kernels when it does not, with `num_threads` threads; the figure is the median of
+    `runs` calls after three warm-up calls. What passing data between ops and partitions costs is not in
+    any op's figure.
+
+    Args:
+        path: a `.tflite` file (one subgraph; any batch signature).
+        num_threads: int >= 1, LiteRT's CPU threads.
+        runs: int >= 1, timed calls per op.
+
+    Returns:
+        A list, one dict per op in file order: {"index", "op", "xnnpack" (bool), "ms" (float,
+        milliseconds of wall time: depends on the machine and its load)}.
+
+    Raises:
+        RuntimeError: an op cannot run alone (the message names it and LiteRT's reason).
+    """
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    taken, _ = _delegated(path, num_threads)
+    values = tensor_values(path)
+    with open(path, "rb") as f:
+        content = f.read()
+    out = []
+    shapes = {t: v.shape for t, v in values.items()}
+    for index, name, inputs, single in one_op_models(content, shapes):
+        options = {} if index in taken else {
+            "experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
+        try:
+            interpreter = Interpreter(model_content=single, num_threads=num_threads, **options)
+            interpreter.allocate_tensors()
+            for detail, t in zip(interpreter.get_input_details(), inputs):
+                interpreter.set_tensor(detail["index"], values[t])
+            times = []
+            for i in range(runs + 3):
+                start = time.perf_counter()
+                interpreter.invoke()
+                if i >= 3:
+                    times.append(time.perf_counter() - start)
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise RuntimeError(f"{path}: op {index} ({name}) cannot run alone: {e}") from None
+        out.append({"index": index, "op": name, "xnnpack": index in taken, "ms": 1000.0 * float(np.median(times))})
+    return out
+
+
 def tflite_profile(path, num_threads=1, measure_latency=True, runs=20):
     """The op profile of a `.tflite` file as LiteRT (`ai_edge_litert` 2.3) with XNNPACK runs it.
 
@@ -138,7 +273,8 @@ def tflite_profile(path, num_threads=1, measure_latency=True, runs=20):
             or integer input).
         num_threads: int >= 1, LiteRT's CPU threads (default 1).
         measure_latency: bool; True measures the batch-1 latency with
-            XNNPACK and with builtin kernels only (`graph_latency_ms`).
+            XNNPACK and with builtin kernels only (`graph_latency_ms`),
+            and each op's time by isolation (`op_times`).
         runs: int >= 1, timed calls per latency.
 
     Returns:
@@ -156,12 +292,15 @@ def tflite_profile(path, num_threads=1, measure_latency=True, runs=20):
             "ops": one row per op type, in order of first appearance:
                 {"op", "count", "input_types", "output_types" (sorted
                 dtype names), "xnnpack" (how many XNNPACK takes),
-                "off_delegate", "time_ms": None};
+                "off_delegate", "time_ms" (its ops' summed `op_times`,
+                ms), "off_delegate_ms" (the part of it off XNNPACK)};
             "off_delegate": one row per op XNNPACK leaves to LiteRT's
                 builtin kernels: {"index", "op", "input_types",
-                "output_types", "reason"};
-            "latency_ms": {"xnnpack", "builtin_kernels"} (None if not
-                measured); "op_time": `TIME_NOT_AVAILABLE`.
+                "output_types", "reason", "time_ms"};
+            "latency_ms": {"xnnpack", "builtin_kernels", "ops_sum",
+                "off_delegate_sum"};
+            "op_time": how the op times were measured (`OP_TIME_METHOD`).
+            Every time is None when `measure_latency` is False.
 
     Raises:
         ValueError: `path` is not a file, or `num_threads` / `runs` is not a
@@ -211,10 +350,29 @@ def tflite_profile(path, num_threads=1, measure_latency=True, runs=20):
 
         with open(path, "rb") as f:
             float_ops = sum(1 for _, name in file_float_ops(f.read()) if name not in _QUANTISE_OPS)
-    latency = {"xnnpack": None, "builtin_kernels": None}
+    latency = {"xnnpack": None, "builtin_kernels": None, "ops_sum": None, "off_delegate_sum": None}
+    for row in rows.values():
+        row["off_delegate_ms"] = None
+    for row in off:
+        row["time_ms"] = None
     if measure_latency:
         latency = {"xnnpack": round(graph_latency_ms(path, num_threads, True, runs), 4),
                    "builtin_kernels": round(graph_latency_ms(path, num_threads, False, runs), 4)}
+        times = op_times(path, num_threads, runs)
+        for row in rows.values():
+            row["time_ms"] = row["off_delegate_ms"] = 0.0
+        name = {op["index"]: op["op_name"] for op in ops}  # LiteRT's names, as the rows are keyed
+        for t in times:
+            rows[name[t["index"]]]["time_ms"] += t["ms"]
+            if not t["xnnpack"]:
+                rows[name[t["index"]]]["off_delegate_ms"] += t["ms"]
+        by_index = {t["index"]: t["ms"] for t in times}
+        for row in off:
+            row["time_ms"] = round(by_index[row["index"]], 4)
+        for row in rows.values():
+            row["time_ms"], row["off_delegate_ms"] = round(row["time_ms"], 4), round(row["off_delegate_ms"], 4)
+        latency["ops_sum"] = round(sum(by_index.values()), 4)
+        latency["off_delegate_sum"] = round(sum(t["ms"] for t in times if not t["xnnpack"]), 4)
     return {
         "file": os.path.basename(path),
         "num_threads": num_threads,
@@ -225,7 +383,7 @@ def tflite_profile(path, num_threads=1, measure_latency=True, runs=20):
         "ops": list(rows.values()),
         "off_delegate": off,
         "latency_ms": latency,
-        "op_time": TIME_NOT_AVAILABLE,
+        "op_time": OP_TIME_METHOD if measure_latency else "not measured (measure_latency=False)",
     }
 
 
@@ -237,17 +395,25 @@ def off_delegate_summary(profile):
 def format_profile(profile):
     """A profile (see `tflite_profile`) as a short Markdown table plus one line per reason ops leave XNNPACK."""
     latency = profile["latency_ms"]
+    timed = latency["ops_sum"] is not None
     head = (f"{profile['file']}: {profile['num_ops']} ops, {profile['xnnpack_ops']} on XNNPACK in "
             f"{profile['xnnpack_partitions']} partitions, {profile['num_threads']} thread(s)")
     if latency["xnnpack"] is not None:
         head += f"; batch-1 latency {latency['xnnpack']:.3f} ms (builtin kernels only: {latency['builtin_kernels']:.3f} ms)"
+    if timed:
+        head += (f"; ops timed alone: {latency['ops_sum']:.3f} ms, of which off XNNPACK "
+                 f"{latency['off_delegate_sum']:.3f} ms")
     if profile["float_ops_in_quantised_graph"]:
         head += f"; {profile['float_ops_in_quantised_graph']} float ops in a quantised graph"
-    lines = [head, "| op | count | input types | output types | XNNPACK | off |", "|---|---|---|---|---|---|"]
-    for row in profile["ops"]:
+    lines = [head, "| op | count | input types | output types | XNNPACK | off | ms | ms off XNNPACK |",
+             "|---|---|---|---|---|---|---|---|"]
+    rows = sorted(profile["ops"], key=lambda r: -r["time_ms"]) if timed else profile["ops"]
+    for row in rows:
+        ms = "n/a" if row["time_ms"] is None else f"{row['time_ms']:.3f}"
+        off_ms = "n/a" if row["off_delegate_ms"] is None else f"{row['off_delegate_ms']:.3f}"
         lines.append(f"| {row['op']} | {row['count']} | {','.join(row['input_types'])} | "
-                     f"{','.join(row['output_types'])} | {row['xnnpack']} | {row['off_delegate']} |")
+                     f"{','.join(row['output_types'])} | {row['xnnpack']} | {row['off_delegate']} | {ms} | {off_ms} |")
     for (op, reason), count in off_delegate_summary(profile).items():
         lines.append(f"off XNNPACK: {count} x {op}: {reason}")
-    lines.append(f"per-op time: not available ({profile['op_time']})")
+    lines.append(f"per-op time: {profile['op_time']}")
     return "\n".join(lines)

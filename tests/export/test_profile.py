@@ -56,7 +56,7 @@ def test_counts_and_tensor_types_equal_the_flatbuffer(files, key):
     for name, row in rows.items():
         assert row["input_types"] == sorted({t for n, ins, _ in ops if n == name for t in ins}), name
         assert row["output_types"] == sorted({t for n, _, outs in ops if n == name for t in outs}), name
-        assert row["xnnpack"] + row["off_delegate"] == row["count"] and row["time_ms"] is None
+        assert row["xnnpack"] + row["off_delegate"] == row["count"] and row["time_ms"] is None  # not measured
     assert profile["xnnpack_ops"] + len(profile["off_delegate"]) == len(ops)
     for off in profile["off_delegate"]:  # each op left to the builtin kernels is the op at that index in the file
         assert (off["op"], off["input_types"], off["output_types"]) == ops[off["index"]] and off["reason"]
@@ -136,17 +136,61 @@ def test_a_dynamic_batch_leaves_its_shape_ops_off_the_delegate(files):
     assert fixed["num_ops"] == len([1 for n, _, _ in flatbuffer_ops(files["float32_b1"])])
 
 
-def test_latency_is_measured_and_per_op_time_is_not_invented(files):
+def test_latency_and_each_ops_time_are_measured(files):
     profile = tflite_profile(files["int8_b1"], num_threads=2, runs=3)
     assert profile["num_threads"] == 2
     assert all(isinstance(v, float) and v > 0 for v in profile["latency_ms"].values())
-    assert all(row["time_ms"] is None for row in profile["ops"]) and "no profiler" in profile["op_time"]
+    assert all(isinstance(row["time_ms"], float) and row["time_ms"] >= row["off_delegate_ms"] >= 0
+               for row in profile["ops"])
+    assert all(isinstance(row["time_ms"], float) for row in profile["off_delegate"])
+    # the rows add up: every op timed once, the off-XNNPACK part from the ops the profile lists as off
+    assert sum(row["time_ms"] for row in profile["ops"]) == pytest.approx(profile["latency_ms"]["ops_sum"], abs=1e-3)
+    assert sum(row["time_ms"] for row in profile["off_delegate"]) == pytest.approx(
+        profile["latency_ms"]["off_delegate_sum"], abs=1e-3)
+    assert {r["op"]: r["off_delegate_ms"] > 0 for r in profile["ops"] if r["op"] == "SOFTMAX"} == {"SOFTMAX": True}
+    assert "timed alone" in profile["op_time"]
     table = format_profile(profile)
     for row in profile["ops"]:
         assert f"| {row['op']} | {row['count']} |" in table
     for (op, reason), count in off_delegate_summary(profile).items():
         assert f"off XNNPACK: {count} x {op}: {reason}" in table
-    assert " x SOFTMAX: quantised (int8)" in table and "per-op time: not available" in table
+    assert " x SOFTMAX: quantised (int8)" in table and "ops timed alone: " in table
+
+
+@pytest.mark.parametrize("key", ["float32_dynamic", "int8_b1"])
+def test_each_op_alone_computes_what_it_computes_in_the_whole_file(files, key):
+    # the one-op models behind the op times are the file's ops: fed the inputs a whole-graph run gives them,
+    # on the builtin kernels, each returns exactly that run's outputs
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from export.profile import one_op_models, tensor_values
+
+    values = tensor_values(files[key])
+    with open(files[key], "rb") as f:
+        content = f.read()
+    names, compared = [], 0
+    for index, name, inputs, single in one_op_models(content, {t: v.shape for t, v in values.items()}):
+        names.append(name)
+        interpreter = Interpreter(model_content=single,
+                                  experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        interpreter.allocate_tensors()
+        for detail, t in zip(interpreter.get_input_details(), inputs):
+            interpreter.set_tensor(detail["index"], values[t])
+        interpreter.invoke()
+        outputs = [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+        expected = [values[t] for t in flatbuffer_op_outputs(files[key])[index]]
+        for got, want in zip(outputs, expected):
+            np.testing.assert_array_equal(got, want, err_msg=f"op {index} ({name})")
+            compared += 1
+    assert names == [n for n, _, _ in flatbuffer_ops(files[key])] and compared >= len(names)
+
+
+def flatbuffer_op_outputs(path):
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    with open(path, "rb") as f:
+        model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(f.read(), 0))
+    return [list(op.outputs) for op in model.subgraphs[0].operators]
 
 
 def test_bad_input_is_named(files, tmp_path):
@@ -171,7 +215,7 @@ def test_cli_profile_puts_each_tflite_profile_in_the_report(trained_vit, tmp_pat
     for name in ("model_float32.tflite", "model_int8.tflite"):
         profile = rows[name]["profile"]
         assert profile["num_ops"] == len(flatbuffer_ops(str(out / name))) and profile["file"] == name
-        assert profile["latency_ms"] == {"xnnpack": None, "builtin_kernels": None}  # --no-latency
+        assert set(profile["latency_ms"].values()) == {None} and len(profile["latency_ms"]) == 4  # --no-latency
     assert "profile" not in rows["model.onnx"]
     report = json.loads((out / "report.json").read_text())
     assert report["tflite_batch_size"] == 1  # the default: no shape ops, 2 partitions
@@ -206,3 +250,30 @@ def test_export_all_batch_size_none_gives_a_dynamic_tflite_file(trained_vit, tmp
     assert {name for name, _, _ in flatbuffer_ops(path)} >= set(SHAPE_OPS)
     with pytest.raises(ValueError, match=r"`batch_size` must be 1 or None \(dynamic\). Received: batch_size=4"):
         export_all(model, str(tmp_path / "bad"), formats="tflite", quantizations="float32", batch_size=4)
+
+
+def test_op_time_benchmark_accounts_for_every_op_on_both_thread_counts(files, tmp_path, capsys):
+    # smoke test of `python -m benchmarks.op_time` on the tiny int8 file: structure, no timing
+    from benchmarks import op_time
+
+    (result,) = op_time.measure([files["int8_b1"]], rounds=1, runs=1, progress=lambda text: None)
+    ops = flatbuffer_ops(files["int8_b1"])
+    assert sum(r["count"] for r in result["ops"]) == len(ops)
+    profile = tflite_profile(files["int8_b1"], measure_latency=False)
+    assert sum(r["count"] for r in result["ops"] if r["where"] == "builtin") == len(profile["off_delegate"])
+    assert [r["lost_ms"] for r in result["ops"]] == sorted((r["lost_ms"] for r in result["ops"]), reverse=True)
+    assert all(r["lost_ms"] == r["ms_2"] - r["ms_1"] / 2 for r in result["ops"])
+    table = op_time.markdown([result], top=3)
+    assert f"| int8_b1.tflite | {result['graph_ms'][1]:.2f} |" in table
+    assert table.count("| builtin |") + table.count("| xnnpack |") == min(3, len(result["ops"]))
+
+
+def test_op_time_cli_refuses_a_path_that_is_no_tflite_file(tmp_path, capsys):
+    from benchmarks import op_time
+
+    for argv in ([str(tmp_path)], [str(tmp_path / "x.onnx")], [str(tmp_path), "--runs", "0"]):
+        with pytest.raises(SystemExit) as e:
+            op_time.main(argv)
+        assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "no .tflite file in" in err and "must be a .tflite file or a folder" in err and "--runs must be a positive" in err
