@@ -31,7 +31,7 @@ $(STAMP): setup.cfg pyproject.toml Makefile
 install: system-deps $(STAMP)
 
 # Every TFLite mode (TensorFlow's converter and LiteRT Quantizer's) and every ONNX mode; tests/test_demo.py reads this line.
-DEMO_EXPORT_FLAGS := --calibration-data digits --quantization float32,float16,dynamic_int8,int8,int16x8,weight_only_int8,weight_only_int4 --onnx-quantization float32,dynamic_int8,int8
+DEMO_EXPORT_FLAGS := --calibration-data digits --quantization float32,float16,dynamic_int8,int8,int16x8,weight_only_int8,weight_only_int4,dynamic_int4 --onnx-quantization float32,dynamic_int8,int8
 
 demo: install
 	$(PY) -m keras_vit.train --output-dir runs/demo --overwrite

@@ -26,10 +26,22 @@ of its recipes (`litert_quantizer.recipe`) and its default policy:
   recipe, where XNNPACK quantises activations to int8 at run time. A
   weight-only blockwise config is dropped by its policy check (the file
   stays float32, silently) or, with the check skipped, fails on the graph's
-  input ("only supports UniformQuantParams"); see docs/traps.md.
+  input ("only supports UniformQuantParams"); see docs/traps.md. Slow on a
+  phone CPU: XNNPACK declines the int4 DEQUANTIZE, so every
+  FULLY_CONNECTED after it runs on LiteRT's single-threaded builtin float
+  kernel (ViT-Ti/16: 4.3x float32's latency).
+- "dynamic_int4": int4 weights (symmetric, per output channel) stored in
+  the FULLY_CONNECTED ops themselves, activations quantised to int8 at run
+  time (the int4 counterpart of TensorFlow's "dynamic_int8"); recipe
+  `dynamic_wi4_afp32`. XNNPACK runs it (its qd8-f32-qc4w kernels): the size
+  of "weight_only_int4" at about half float32's latency (ViT-Ti/16: 0.15x
+  the size, 0.47x the latency). Per channel, not blockwise: blockwise-32 on
+  ViT-Ti/16 was 0.87x float32's latency, with top-1 agreement 0.8 points
+  higher (docs/traps.md).
 
 Weights are quantised in FULLY_CONNECTED, CONV_2D and BATCH_MATMUL ops with
-constant weights (the policy's list). Every file is then checked and
+constant weights (the policy's list; "dynamic_int4": the ops its dynamic
+int4 policy names, FULLY_CONNECTED among them). Every file is then checked and
 verified by `export.tflite` like the others.
 """
 
@@ -40,7 +52,7 @@ import sys
 
 PACKAGE = "litert-quantizer"
 PACKAGE_VERSION = "0.11.0"
-LITERT_QUANTIZATIONS = ("int16x8", "weight_only_int8", "weight_only_int4")
+LITERT_QUANTIZATIONS = ("int16x8", "weight_only_int8", "weight_only_int4", "dynamic_int4")
 CALIBRATED = ("int16x8",)
 
 
@@ -82,6 +94,8 @@ def recipe(quantization):
         manager.add_weight_only_config(".*", every, num_bits=8)
     elif quantization == "weight_only_int4":
         manager.add_weight_only_config(".*", every, num_bits=4)
+    elif quantization == "dynamic_int4":
+        manager.add_dynamic_config(".*", every, num_bits=4)
     else:
         raise ValueError(
             f"`quantization` must be one of {', '.join(LITERT_QUANTIZATIONS)}. Received: quantization={quantization!r}"

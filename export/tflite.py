@@ -214,6 +214,8 @@ def export_tflite(
         "weight_only_int8": int8 weights, float32 compute.
         "weight_only_int4": int4 weights (per output channel), float32
             compute.
+        "dynamic_int4": int4 weights (per output channel), activations
+            quantised to int8 on the fly (XNNPACK).
     "16x8" is refused with a ValueError naming "int16x8" (see `REFUSED`).
 
     Args:

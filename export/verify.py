@@ -31,7 +31,10 @@ import numpy as np
 #   faithful than int8 on these models, its int8 weights dominate the error); weight_only_int8 100/0,
 #   99.7-100/0.3, 100/0; weight_only_int4 (per channel) 90.6-90.8/3.3, 96.4-96.7/2.2, 99.7/0.3. Bars:
 #   int16x8 95% and 2 points; weight_only_int8 99%; weight_only_int4 95% and 3 points: int4 per channel
-#   costs the narrowest models most (the tiny one misses the bar and is reported failed).
+#   costs the narrowest models most (the tiny one misses the bar and is reported failed). dynamic_int4
+#   (the same int4 weights, int8 activations at run time): tiny 95.8% raw agreement and logit cosine
+#   0.968 on the tests' 96 images (weight_only_int4: the same), demo 99.4/0.3: the same bars as
+#   weight_only_int4.
 # Agreement counts only decisive flips: a different top-1 class where Keras preferred its own class by
 # more than NEAR_TIE (1%) of that example's largest |output|. A near-tie (seen: the two top logits
 # 0.002 apart, the float16 error 0.0087) is a coin toss for any rounding and says nothing about the
@@ -45,6 +48,7 @@ TOLERANCES = {
     "int16x8": {"decisive_top1_agreement": 0.95, "accuracy_drop": 0.02},
     "weight_only_int8": {"decisive_top1_agreement": 0.99},
     "weight_only_int4": {"decisive_top1_agreement": 0.95, "accuracy_drop": 0.03},
+    "dynamic_int4": {"decisive_top1_agreement": 0.95, "accuracy_drop": 0.03},
 }
 NEAR_TIE = 0.01
 TIE_MARGIN = 0.04

@@ -38,7 +38,8 @@ def test_demo_meets_the_readme_quality_bars(tmp_path):
     assert report["num_verification_images"] == 360 and all(r["passed"] for r in rows.values())
     assert report["dtype_policy"] == "float32"
     assert set(rows) == {"saved_model", "model.onnx", "model_dynamic_int8.onnx", "model_int8.onnx"} | {
-        f"model_{q}.tflite" for q in ("float32", "float16", "dynamic_int8", "int8", "int16x8", "weight_only_int8", "weight_only_int4")}
+        f"model_{q}.tflite" for q in ("float32", "float16", "dynamic_int8", "int8", "int16x8", "weight_only_int8", "weight_only_int4",
+                                        "dynamic_int4")}
     for name in ("saved_model", "model_float32.tflite", "model.onnx"):
         assert rows[name]["relative_max_abs_diff"] <= 2e-5, rows[name]
     assert rows["model_float16.tflite"]["decisive_top1_agreement"] >= 0.99
@@ -54,6 +55,7 @@ def test_demo_meets_the_readme_quality_bars(tmp_path):
     for name, agreement, drop, size in (("model_int16x8.tflite", 0.95, 0.02, 0.32),
                                         ("model_weight_only_int8.tflite", 0.99, None, 0.3),
                                         ("model_weight_only_int4.tflite", 0.95, 0.03, 0.2),
+                                        ("model_dynamic_int4.tflite", 0.95, 0.03, 0.2),
                                         ("model_dynamic_int8.onnx", 0.98, None, None),
                                         ("model_int8.onnx", 0.97, 0.02, None)):
         row = rows[name]
@@ -66,7 +68,7 @@ def test_demo_meets_the_readme_quality_bars(tmp_path):
     # issue 16 on the demo model: MediaPipe's ImageClassifier within 1 point of Keras for every .tflite file,
     # scores summing to 1 within 1e-3 (int8's softmax runs in float32; int16x8's output is int16-rounded)
     tflite_rows = [row for name, row in rows.items() if name.endswith(".tflite")]
-    assert len(tflite_rows) == 7
+    assert len(tflite_rows) == 8
     for row in tflite_rows:
         assert abs(row["mediapipe_accuracy"] - row["keras_accuracy"]) <= 0.01, row
         assert row["mediapipe_max_score_sum_error"] <= 1e-3, row

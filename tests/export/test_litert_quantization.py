@@ -18,7 +18,7 @@ from export.signature import ServingGraph
 from keras_vit import data
 
 pytest.importorskip("litert_quantizer")
-NEW_MODES = ("int16x8", "weight_only_int8", "weight_only_int4")
+NEW_MODES = ("int16x8", "weight_only_int8", "weight_only_int4", "dynamic_int4")
 
 
 def _tensors(content):
@@ -86,6 +86,26 @@ def test_weight_only_files_keep_float_compute_with_per_channel_integer_weights(f
     assert not float_weights, float_weights  # no 2-D float32 weight matrix is left
 
 
+def test_dynamic_int4_keeps_int4_weights_in_the_matmuls_and_xnnpack_runs_them(files, tmp_path):
+    from export.profile import tflite_profile
+
+    tensors = _tensors(files["dynamic_int4"])
+    ops = _ops(files["dynamic_int4"])
+    assert "DEQUANTIZE" not in [name for name, _, _ in ops]  # no float copy of a weight at run time
+    fc = [op for op in ops if op[0] == "FULLY_CONNECTED"]
+    assert len(fc) >= 6
+    for _, inputs, outputs in fc:  # float activations in and out, a constant int4 weight with one scale per unit
+        weight = tensors[inputs[1]]
+        assert tensors[inputs[0]][1] == tensors[outputs[0]][1] == "FLOAT32"
+        assert weight[1] == "INT4" and weight[2] and weight[3] == weight[4][0] > 1
+    path = tmp_path / "dynamic_int4.tflite"
+    path.write_bytes(files["dynamic_int4"])
+    profile = tflite_profile(str(path), measure_latency=False)
+    rows = {row["op"]: row for row in profile["ops"]}
+    assert rows["FULLY_CONNECTED"]["xnnpack"] == len(fc)  # weight_only_int4's FULLY_CONNECTED stay off XNNPACK
+    assert len(files["dynamic_int4"]) <= 1.02 * len(files["weight_only_int4"])  # the same int4 weights
+
+
 def _wide_vit():
     """Random ViT whose Dense kernels hold 95% of its ~0.4M parameters; a random head (keras_vit's is zero)."""
     keras.utils.set_random_seed(0)
@@ -112,7 +132,8 @@ def test_weight_only_int4_halves_the_weight_bytes_and_is_below_a_fifth_of_float3
 
 
 # measured on the tests' 96 held-out digits (logits): raw top-1 agreement with Keras and mean cosine
-MEASURED = {"int16x8": (0.969, 0.994), "weight_only_int8": (1.0, 0.9999), "weight_only_int4": (0.958, 0.967)}
+MEASURED = {"int16x8": (0.969, 0.994), "weight_only_int8": (1.0, 0.9999), "weight_only_int4": (0.958, 0.967),
+            "dynamic_int4": (0.958, 0.967)}
 
 
 @pytest.mark.parametrize("quantization", NEW_MODES)
