@@ -249,3 +249,27 @@ def test_large_quantised_weights_survive_the_metadata_writer(tmp_path):
 
     with zipfile.ZipFile(path) as packed:  # the metadata's associated files are zipped onto the flatbuffer
         assert "labels.txt" in packed.namelist()
+
+
+def test_quant_error_benchmark_measures_each_ops_snr_against_float32(files, tmp_path):
+    # smoke test of `python -m benchmarks.quant_error` (issue 11's int16x8 finding) on the tiny model
+    from benchmarks import quant_error
+
+    paths = {}
+    for q in ("float32", "weight_only_int8", "int16x8"):
+        paths[q] = str(tmp_path / f"{q}.tflite")
+        with open(paths[q], "wb") as f:
+            f.write(files[q])
+    images = np.concatenate([x.numpy() for x, _ in data.digits("validation", image_size=16, batch_size=2,
+                                                               shuffle=False).take(1)])
+    result = quant_error.measure(paths["float32"], [paths["float32"], paths["int16x8"]], images)
+    same = result["float32.tflite"]
+    assert same["output_db"] == 200 and {db for _, db in same["by_op"].values()} == {200}  # a file against itself
+    assert "FULLY_CONNECTED" in result["int16x8.tflite"]["by_op"] and result["int16x8.tflite"]["output_db"] < 200
+    local = {q: quant_error.local_snr(paths[q], images) for q in ("weight_only_int8", "int16x8")}
+    # float compute: only float32 rounding against float64 (over 100 dB); int16 products keep ~15 bits (over 60 dB)
+    assert min(min(v) for v in local["weight_only_int8"].values()) > 100
+    assert np.median(local["int16x8"]["MUL"]) > 60
+    table = quant_error.local_markdown(local)
+    assert "| MEAN |" in table and "| SOFTMAX |" in table
+    assert "**final output**" in quant_error.markdown(result)

@@ -1,0 +1,186 @@
+"""Where a quantised `.tflite` file's error enters: signal-to-noise ratio of every op's output against float32.
+
+    .venv/bin/python -m benchmarks.quant_error FLOAT32.tflite QUANTISED.tflite [...] [--images 4]
+
+Each file runs on LiteRT's builtin kernels with every intermediate kept
+(`experimental_preserve_all_tensors`) on the same batch-1 inputs: the first `--images` held-out digits of
+scikit-learn's digits at the float32 file's input size, in [-1, 1] (`keras_vit.data.digits`). Tensors are
+matched by name (TensorFlow's converter and LiteRT Quantizer keep the float graph's names); an int8 / int16
+tensor with one scale is dequantised first. For each matched op output, SNR = 10 log10(sum f^2 / sum (f - q)^2)
+in dB over the images (float32 rounding alone: about 100 dB; each lost bit costs 6 dB). Prints, per op type,
+the median SNR of its outputs in each file, and the SNR of each file's final output.
+
+Then each op's own error ("local"): its output against what the op computes in float64 from the same file's
+(dequantised) inputs, for MEAN, MUL, ADD, SUB, RSQRT, SOFTMAX and GELU (exact erf GELU); the median and the
+lowest SNR per op type. Error that comes in with the inputs does not count here, so a low figure names the
+kernel (or the quantisation of that op's output) that loses precision.
+
+Used for issue 11's int16x8 agreement bar (benchmarks/README.md): where int16 activations lose against the
+files that quantise weights only. Nothing here asserts a figure.
+"""
+
+import argparse
+import collections
+import os
+import sys
+
+import numpy as np
+
+
+def tensors(path, images):
+    """`{tensor name: (op name, float64 values stacked over images)}` of every op output, on the builtin kernels."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interpreter = Interpreter(model_path=path, experimental_preserve_all_tensors=True,
+                              experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interpreter.allocate_tensors()
+    detail = interpreter.get_input_details()[0]
+    details = interpreter.get_tensor_details()
+    ops = [(op["op_name"], op["outputs"][0]) for op in interpreter._get_ops_details() if len(op["outputs"])]
+    values = collections.defaultdict(list)
+    for image in images:
+        interpreter.set_tensor(detail["index"], image[None].astype(detail["dtype"]))
+        interpreter.invoke()
+        for name, index in ops:
+            value = interpreter.get_tensor(index).astype("float64")
+            q = details[index]["quantization_parameters"]
+            if details[index]["dtype"] in (np.int8, np.int16) and len(q["scales"]) == 1:
+                value = (value - q["zero_points"][0]) * q["scales"][0]
+            values[index].append(value)
+    return {details[index]["name"]: (name, np.stack(values[index])) for name, index in ops}
+
+
+def snr_db(reference, value):
+    """10 log10(sum reference^2 / sum (reference - value)^2), capped at 200 dB for equal tensors."""
+    noise = float(((reference - value) ** 2).sum())
+    return 200.0 if noise == 0 else float(10 * np.log10(max(float((reference ** 2).sum()), 1e-300) / noise))
+
+
+def measure(float_path, paths, images):
+    """`{file: {"by_op": {op: (count, median dB)}, "output_db": dB}}` against the float32 file."""
+    reference = tensors(float_path, images)
+    out = {}
+    for path in paths:
+        got = tensors(path, images)
+        by_op = collections.defaultdict(list)
+        for name, (op, value) in got.items():
+            if name in reference and reference[name][1].shape == value.shape:
+                by_op[op].append(snr_db(reference[name][1], value))
+        last = list(reference.values())[-1][1]
+        final = list(got.values())[-1][1]
+        out[os.path.basename(path)] = {"by_op": {op: (len(v), float(np.median(v))) for op, v in by_op.items()},
+                                       "output_db": snr_db(last, final) if last.shape == final.shape else None}
+    return out
+
+
+def _reference_op(name, inputs, interpreter):
+    """What op `name` computes in float64 from `inputs` (dequantised), or None for an op not covered."""
+    from scipy.special import erf
+
+    if name == "MEAN":
+        axes = tuple(int(a) for a in np.atleast_1d(interpreter.get_tensor(inputs[1][0])))
+        return inputs[0][1].mean(axis=axes, keepdims=True)
+    if name in ("MUL", "ADD", "SUB"):
+        a, b = inputs[0][1], inputs[1][1]
+        return {"MUL": a * b, "ADD": a + b, "SUB": a - b}[name]
+    if name == "RSQRT":
+        with np.errstate(divide="ignore"):
+            return 1 / np.sqrt(inputs[0][1])
+    if name == "SOFTMAX":
+        x = inputs[0][1]
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    if name == "GELU":
+        x = inputs[0][1]
+        return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+    return None
+
+
+def local_snr(path, images):
+    """`{op: [dB per op]}`: each covered op's output against float64 of its own dequantised inputs (see above)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interpreter = Interpreter(model_path=path, experimental_preserve_all_tensors=True,
+                              experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interpreter.allocate_tensors()
+    detail = interpreter.get_input_details()[0]
+    details = interpreter.get_tensor_details()
+
+    def value(index):
+        v = interpreter.get_tensor(index).astype("float64")
+        q = details[index]["quantization_parameters"]
+        if details[index]["dtype"] in (np.int8, np.int16) and len(q["scales"]) == 1:
+            v = (v - q["zero_points"][0]) * q["scales"][0]
+        return v
+
+    out = collections.defaultdict(list)
+    for image in images:
+        interpreter.set_tensor(detail["index"], image[None].astype(detail["dtype"]))
+        interpreter.invoke()
+        for op in interpreter._get_ops_details():
+            inputs = [(i, value(i)) for i in op["inputs"] if i >= 0]
+            ideal = _reference_op(op["op_name"], inputs, interpreter) if inputs else None
+            if ideal is None:
+                continue
+            got = value(op["outputs"][0])
+            if np.all(np.isfinite(ideal)) and ideal.size == got.size:
+                out[op["op_name"]].append(snr_db(ideal.reshape(got.shape), got))
+    return out
+
+
+def local_markdown(results):
+    """`results`: {file: local_snr(...)} as a table of median / lowest dB per op type."""
+    files = list(results)
+    ops = sorted({op for r in results.values() for op in r})
+    lines = ["| op (its own error) | " + " | ".join(files) + " |", "|---|" + "---|" * len(files)]
+    for op in ops:
+        cells = ["n/a" if not results[f].get(op) else
+                 f"{np.median(results[f][op]):.1f} / {np.min(results[f][op]):.1f}" for f in files]
+        lines.append(f"| {op} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown(result):
+    files = list(result)
+    ops = sorted({op for r in result.values() for op in r["by_op"]})
+    lines = ["| op | " + " | ".join(files) + " |", "|---|" + "---|" * len(files)]
+    for op in ops:
+        cells = []
+        for f in files:
+            count, db = result[f]["by_op"].get(op, (0, None))
+            cells.append("n/a" if db is None else f"{db:.1f} ({count})")
+        lines.append(f"| {op} | " + " | ".join(cells) + " |")
+    lines.append("| **final output** | " + " | ".join(
+        "n/a" if result[f]["output_db"] is None else f"**{result[f]['output_db']:.1f}**" for f in files) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.quant_error", description=__doc__.splitlines()[0])
+    parser.add_argument("float32", help="the float32 .tflite file of the same graph")
+    parser.add_argument("quantised", nargs="+", help="quantised .tflite files")
+    parser.add_argument("--images", type=int, default=4, help="held-out digits to run (default 4)")
+    args = parser.parse_args(argv)
+    for path in [args.float32, *args.quantised]:
+        if not (os.path.isfile(path) and path.endswith(".tflite")):
+            parser.exit(2, f"{parser.prog}: error: each file must be an existing .tflite file. Received: {path}\n")
+    if args.images < 1:
+        parser.exit(2, f"{parser.prog}: error: --images must be a positive int. Received: {args.images}\n")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from ai_edge_litert.interpreter import Interpreter
+
+    from keras_vit import data
+
+    size = int(Interpreter(model_path=args.float32).get_input_details()[0]["shape"][1])
+    ds = data.digits("validation", image_size=size, batch_size=args.images, shuffle=False)
+    images = next(iter(ds))[0].numpy().astype("float32")[: args.images]
+    print("median SNR of each op type's outputs against float32, dB (matched outputs)")
+    print(markdown(measure(args.float32, args.quantised, images)))
+    print()
+    print("each op's own error: median / lowest SNR, dB, of its output against float64 of its dequantised inputs")
+    print(local_markdown({os.path.basename(p): local_snr(p, images) for p in args.quantised}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
