@@ -27,8 +27,9 @@ import sys
 import numpy as np
 
 
-def tensors(path, images):
-    """`{tensor name: (op name, float64 values stacked over images)}` of every op output, on the builtin kernels."""
+def _runs(path, images):
+    """Yields `(interpreter, value)` after each image's batch-1 run on the builtin kernels, every intermediate kept;
+    `value(index)` is that tensor as float64, dequantised when it is int8 / int16 with one scale."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     interpreter = Interpreter(model_path=path, experimental_preserve_all_tensors=True,
@@ -36,18 +37,30 @@ def tensors(path, images):
     interpreter.allocate_tensors()
     detail = interpreter.get_input_details()[0]
     details = interpreter.get_tensor_details()
-    ops = [(op["op_name"], op["outputs"][0]) for op in interpreter._get_ops_details() if len(op["outputs"])]
-    values = collections.defaultdict(list)
+
+    def value(index):
+        v = interpreter.get_tensor(index).astype("float64")
+        q = details[index]["quantization_parameters"]
+        if details[index]["dtype"] in (np.int8, np.int16) and len(q["scales"]) == 1:
+            v = (v - q["zero_points"][0]) * q["scales"][0]
+        return v
+
     for image in images:
         interpreter.set_tensor(detail["index"], image[None].astype(detail["dtype"]))
         interpreter.invoke()
-        for name, index in ops:
-            value = interpreter.get_tensor(index).astype("float64")
-            q = details[index]["quantization_parameters"]
-            if details[index]["dtype"] in (np.int8, np.int16) and len(q["scales"]) == 1:
-                value = (value - q["zero_points"][0]) * q["scales"][0]
-            values[index].append(value)
-    return {details[index]["name"]: (name, np.stack(values[index])) for name, index in ops}
+        yield interpreter, value
+
+
+def tensors(path, images):
+    """`{tensor name: (op name, float64 values stacked over images)}` of every op output, on the builtin kernels."""
+    values, ops, names = collections.defaultdict(list), None, None
+    for interpreter, value in _runs(path, images):
+        if ops is None:
+            ops = [(op["op_name"], op["outputs"][0]) for op in interpreter._get_ops_details() if len(op["outputs"])]
+            names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
+        for _, index in ops:
+            values[index].append(value(index))
+    return {names[index]: (name, np.stack(values[index])) for name, index in ops}
 
 
 def snr_db(reference, value):
@@ -98,25 +111,8 @@ def _reference_op(name, inputs, interpreter):
 
 def local_snr(path, images):
     """`{op: [dB per op]}`: each covered op's output against float64 of its own dequantised inputs (see above)."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    interpreter = Interpreter(model_path=path, experimental_preserve_all_tensors=True,
-                              experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-    interpreter.allocate_tensors()
-    detail = interpreter.get_input_details()[0]
-    details = interpreter.get_tensor_details()
-
-    def value(index):
-        v = interpreter.get_tensor(index).astype("float64")
-        q = details[index]["quantization_parameters"]
-        if details[index]["dtype"] in (np.int8, np.int16) and len(q["scales"]) == 1:
-            v = (v - q["zero_points"][0]) * q["scales"][0]
-        return v
-
     out = collections.defaultdict(list)
-    for image in images:
-        interpreter.set_tensor(detail["index"], image[None].astype(detail["dtype"]))
-        interpreter.invoke()
+    for interpreter, value in _runs(path, images):
         for op in interpreter._get_ops_details():
             inputs = [(i, value(i)) for i in op["inputs"] if i >= 0]
             ideal = _reference_op(op["op_name"], inputs, interpreter) if inputs else None
