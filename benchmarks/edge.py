@@ -152,7 +152,8 @@ def trained(name, *, seed=TRAIN_SEED, schedule=None, batch_size=TRAIN_BATCH_SIZE
     the model's image size, weights cached in `cache_dir` so that a rerun skips the training.
 
     `schedule` (default `TRAIN_SCHEDULE[name]`): stages of (image size in px, epochs, peak learning rate). The first
-    stage trains `build(name, classes=10, image_size=...)` from random init (seeded as in `build`); each later stage
+    stage trains `build(name, classes=10, image_size=...)` from random init (always seed 0, as `build` seeds it;
+    `seed` sets only the data order); each later stage
     takes the previous model to its size with `keras_vit.resize` (position embeddings 2D-interpolated, the paper's
     fine-tuning at higher resolution, Sec. 3.2) and trains on. Every stage uses the project's recipe
     (`keras_vit.training.compile_model`: AdamW, linear warm-up over the first 10% of the stage's steps then cosine
@@ -575,12 +576,6 @@ def run(names, wanted=None, samples=256, rounds=10, runs=10, agreement_budget_s=
     `peer_python`: the Python of a virtual environment with litert-torch (benchmarks/README.md); with it,
     and "Ti16" in `names`, the peer rows of benchmarks/edge_peer.py are added after the table's own.
     """
-    import platform
-
-    import ai_edge_litert
-    import onnxruntime
-    import tensorflow as tf
-
     pairs, notes = plan(wanted)
     progress(f"modes: {', '.join(f'{fmt} {mode}' for fmt, mode in pairs)}")
     folder = folder or tempfile.mkdtemp(prefix="keras_vit_edge_")
@@ -592,14 +587,42 @@ def run(names, wanted=None, samples=256, rounds=10, runs=10, agreement_budget_s=
     elif "Ti16" in names:
         skipped.append("peer row (HF PyTorch ViT-Ti/16 through litert-torch): not run; it needs its own virtual "
                        "environment (benchmarks/README.md) given as --peer-python or KERAS_VIT_PEER_PYTHON")
-    litert = getattr(ai_edge_litert, "__version__", "?")
-    result = {"machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, TensorFlow {tf.__version__}, LiteRT "
-                         f"{litert}, onnxruntime {onnxruntime.__version__}",
+    result = {"machine": machine(),
               "models": list(names), "weights": weights, "samples": samples, "rounds": rounds, "runs": runs, "rows": rows,
               "notes": notes + skipped, "measured": {name: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
                                                      for name in names}}
     result["bars"] = bars(rows)
     return result
+
+
+def machine():
+    """The machine line of a result: architecture, CPU count and the versions of TensorFlow, LiteRT, onnxruntime."""
+    import platform
+
+    import ai_edge_litert
+    import onnxruntime
+    import tensorflow as tf
+
+    litert = getattr(ai_edge_litert, "__version__", "?")
+    return (f"{platform.machine()}, {os.cpu_count()} CPU cores, TensorFlow {tf.__version__}, LiteRT {litert}, "
+            f"onnxruntime {onnxruntime.__version__}")
+
+
+def check_merge(earlier, settings):
+    """Raises ValueError (naming what differs) unless `earlier` is a `run` result of the same `settings`.
+
+    `settings`: {"machine", "weights", "samples", "rounds", "runs"} of this run. Checked before measuring, so that
+    a bad --merge file is refused before minutes of work.
+    """
+    if (not isinstance(earlier, dict) or not isinstance(earlier.get("models"), list)
+            or not all(isinstance(m, str) for m in earlier["models"]) or not isinstance(earlier.get("rows"), list)
+            or not all(isinstance(r, dict) and isinstance(r.get("model"), str) for r in earlier["rows"])):
+        raise ValueError("--merge: the file is not a result of `--output` (a JSON object with a list of model names "
+                         "under \"models\" and of rows under \"rows\")")
+    for key, value in settings.items():
+        if earlier.get(key) != value:
+            raise ValueError(f"--merge: the earlier run's {key} is {earlier.get(key)!r}, this run's {value!r}; "
+                             "merge only runs of the same settings on the same machine")
 
 
 def merge(result, earlier):
@@ -610,12 +633,10 @@ def merge(result, earlier):
     the bars are computed again over all rows.
 
     Raises:
-        ValueError: the two runs differ in machine, weights, samples, rounds or runs (the message names it).
+        ValueError: `earlier` is no `run` result, or the two runs differ in machine, weights, samples, rounds or runs
+            (the message names it; `check_merge`).
     """
-    for key in ("machine", "weights", "samples", "rounds", "runs"):
-        if earlier.get(key) != result[key]:
-            raise ValueError(f"--merge: the earlier run's {key} is {earlier.get(key)!r}, this run's {result[key]!r}; "
-                             "merge only runs of the same settings on the same machine")
+    check_merge(earlier, {key: result[key] for key in ("machine", "weights", "samples", "rounds", "runs")})
     taken = [m for m in earlier.get("models", []) if m not in result["models"]]
     if not taken:
         return result
@@ -710,6 +731,11 @@ def main(argv=None):
                 earlier = json.load(f)
         except (OSError, ValueError) as e:
             fail(f"--merge must be a JSON file written by --output. Received: {args.merge} ({e})")
+        try:
+            check_merge(earlier, {"machine": machine(), "weights": args.weights, "samples": samples, "rounds": rounds,
+                                  "runs": runs})
+        except ValueError as e:
+            fail(str(e))
     result = run(names, wanted, samples, rounds, runs, args.agreement_budget,
                  progress=lambda text: print(text, flush=True), peer_python=args.peer_python, weights=args.weights)
     if earlier is not None:

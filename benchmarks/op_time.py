@@ -107,6 +107,13 @@ def main(argv=None):
     if not paths:
         parser.exit(2, f"{parser.prog}: error: no .tflite file in {', '.join(args.paths)}\n")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from ai_edge_litert.interpreter import Interpreter
+
+    for path in paths:  # a file LiteRT cannot load is named up front, not found after minutes of timing
+        try:
+            Interpreter(model_path=path)
+        except ValueError as e:
+            parser.exit(2, f"{parser.prog}: error: LiteRT cannot load {path}: {e}\n")
     results = measure(paths, args.rounds, args.runs, progress=lambda text: print(text, flush=True))
     print()
     print(markdown(results, args.top))

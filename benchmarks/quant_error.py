@@ -5,15 +5,19 @@
 Each file runs on LiteRT's builtin kernels with every intermediate kept
 (`experimental_preserve_all_tensors`) on the same batch-1 inputs: the first `--images` held-out digits of
 scikit-learn's digits at the float32 file's input size, in [-1, 1] (`keras_vit.data.digits`). Tensors are
-matched by name (TensorFlow's converter and LiteRT Quantizer keep the float graph's names); an int8 / int16
-tensor with one scale is dequantised first. For each matched op output, SNR = 10 log10(sum f^2 / sum (f - q)^2)
+matched by name (TensorFlow's converter and LiteRT Quantizer keep the float graph's names); an int8, uint8 or
+int16 tensor with one scale is dequantised first (per-channel weights are not op outputs). Every file must
+take float32 images (int8 / uint8 I/O files are refused). For each matched op output, SNR = 10 log10(sum f^2 / sum (f - q)^2)
 in dB over the images (float32 rounding alone: about 100 dB; each lost bit costs 6 dB). Prints, per op type,
-the median SNR of its outputs in each file, and the SNR of each file's final output.
+the median SNR of its outputs in each file, and the SNR of each file's output tensor (the model's output, not
+a median: a confident softmax keeps a high SNR even where the ops before it lose more).
 
 Then each op's own error ("local"): its output against what the op computes in float64 from the same file's
 (dequantised) inputs, for MEAN, MUL, ADD, SUB, RSQRT, SOFTMAX and GELU (exact erf GELU); the median and the
 lowest SNR per op type. Error that comes in with the inputs does not count here, so a low figure names the
-kernel (or the quantisation of that op's output) that loses precision.
+kernel (or the quantisation of that op's output) that loses precision. Matrix products (FULLY_CONNECTED,
+BATCH_MATMUL) and layout ops are not covered; in a dynamic-range or weight-only file the covered ops compute in
+float, so this table shows only float32 rounding there (over 100 dB).
 
 Used for issue 11's int16x8 agreement bar (benchmarks/README.md): where int16 activations lose against the
 files that quantise weights only. Nothing here asserts a figure.
@@ -41,26 +45,30 @@ def _runs(path, images):
     def value(index):
         v = interpreter.get_tensor(index).astype("float64")
         q = details[index]["quantization_parameters"]
-        if details[index]["dtype"] in (np.int8, np.int16) and len(q["scales"]) == 1:
+        if details[index]["dtype"] in (np.int8, np.uint8, np.int16) and len(q["scales"]) == 1:
             v = (v - q["zero_points"][0]) * q["scales"][0]
         return v
 
+    if detail["dtype"] != np.float32:
+        raise ValueError(f"{path}: the input must be float32 images. Received: a {np.dtype(detail['dtype']).name} input")
     for image in images:
-        interpreter.set_tensor(detail["index"], image[None].astype(detail["dtype"]))
+        interpreter.set_tensor(detail["index"], image[None].astype("float32"))
         interpreter.invoke()
         yield interpreter, value
 
 
 def tensors(path, images):
-    """`{tensor name: (op name, float64 values stacked over images)}` of every op output, on the builtin kernels."""
-    values, ops, names = collections.defaultdict(list), None, None
+    """`({tensor name: (op name, float64 values stacked over images)}, output values)`: every op output and the
+    model's output tensor, on the builtin kernels."""
+    values, ops, names, output = collections.defaultdict(list), None, None, []
     for interpreter, value in _runs(path, images):
         if ops is None:
             ops = [(op["op_name"], op["outputs"][0]) for op in interpreter._get_ops_details() if len(op["outputs"])]
             names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
         for _, index in ops:
             values[index].append(value(index))
-    return {names[index]: (name, np.stack(values[index])) for name, index in ops}
+        output.append(value(interpreter.get_output_details()[0]["index"]))
+    return {names[index]: (name, np.stack(values[index])) for name, index in ops}, np.stack(output)
 
 
 def snr_db(reference, value):
@@ -71,18 +79,17 @@ def snr_db(reference, value):
 
 def measure(float_path, paths, images):
     """`{file: {"by_op": {op: (count, median dB)}, "output_db": dB}}` against the float32 file."""
-    reference = tensors(float_path, images)
+    reference, reference_output = tensors(float_path, images)
     out = {}
     for path in paths:
-        got = tensors(path, images)
+        got, output = tensors(path, images)
         by_op = collections.defaultdict(list)
         for name, (op, value) in got.items():
             if name in reference and reference[name][1].shape == value.shape:
                 by_op[op].append(snr_db(reference[name][1], value))
-        last = list(reference.values())[-1][1]
-        final = list(got.values())[-1][1]
         out[os.path.basename(path)] = {"by_op": {op: (len(v), float(np.median(v))) for op, v in by_op.items()},
-                                       "output_db": snr_db(last, final) if last.shape == final.shape else None}
+                                       "output_db": snr_db(reference_output, output)
+                                       if reference_output.shape == output.shape else None}
     return out
 
 
@@ -146,7 +153,7 @@ def markdown(result):
             count, db = result[f]["by_op"].get(op, (0, None))
             cells.append("n/a" if db is None else f"{db:.1f} ({count})")
         lines.append(f"| {op} | " + " | ".join(cells) + " |")
-    lines.append("| **final output** | " + " | ".join(
+    lines.append("| **model output** | " + " | ".join(
         "n/a" if result[f]["output_db"] is None else f"**{result[f]['output_db']:.1f}**" for f in files) + " |")
     return "\n".join(lines)
 
@@ -167,6 +174,14 @@ def main(argv=None):
 
     from keras_vit import data
 
+    for path in [args.float32, *args.quantised]:  # named up front: a file LiteRT cannot load, or integer input
+        try:
+            dtype = Interpreter(model_path=path).get_input_details()[0]["dtype"]
+        except ValueError as e:
+            parser.exit(2, f"{parser.prog}: error: LiteRT cannot load {path}: {e}\n")
+        if dtype != np.float32:
+            parser.exit(2, f"{parser.prog}: error: each file must take float32 images (export's default io_type). "
+                           f"Received: {path} takes {np.dtype(dtype).name}\n")
     size = int(Interpreter(model_path=args.float32).get_input_details()[0]["shape"][1])
     ds = data.digits("validation", image_size=size, batch_size=args.images, shuffle=False)
     images = next(iter(ds))[0].numpy().astype("float32")[: args.images]

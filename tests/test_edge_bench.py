@@ -1,6 +1,8 @@
 """benchmarks.edge (issue 11, item 6) on a tiny ViT: the table's rows and columns, ratios from the measured
 numbers, modes from the export package, a mode that cannot be made skipped with a note, the issue's bars."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -240,3 +242,19 @@ def test_a_failing_peer_environment_is_a_note_not_a_crash(tmp_path):
 
     rows, notes = edge.peer_rows("/bin/false", str(tmp_path), samples=4, rounds=1, runs=1, progress=lambda text: None)
     assert rows == [] and len(notes) == 1 and "failed, exit status 1" in notes[0]
+
+
+def test_a_bad_merge_file_is_refused_before_anything_is_measured(monkeypatch, tmp_path, capsys):
+    from benchmarks import edge
+
+    monkeypatch.setattr(edge, "run", lambda *a, **k: pytest.fail("measured before the --merge file was checked"))
+    settings = {"machine": edge.machine(), "weights": "trained", "samples": 32, "rounds": 2, "runs": 3}
+    for content in ("[]", '{"models": "Ti16", "rows": []}', '{"models": ["Ti16"]}',
+                    json.dumps({**settings, "rounds": 5, "models": ["Ti16"], "rows": []})):
+        path = tmp_path / "earlier.json"
+        path.write_text(content)
+        with pytest.raises(SystemExit) as e:
+            edge.main(["--quick", "--merge", str(path)])
+        assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("not a result of `--output`") == 3 and "the earlier run's rounds is 5, this run's 2" in err

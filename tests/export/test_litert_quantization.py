@@ -272,4 +272,4 @@ def test_quant_error_benchmark_measures_each_ops_snr_against_float32(files, tmp_
     assert np.median(local["int16x8"]["MUL"]) > 60
     table = quant_error.local_markdown(local)
     assert "| MEAN |" in table and "| SOFTMAX |" in table
-    assert "**final output**" in quant_error.markdown(result)
+    assert "**model output**" in quant_error.markdown(result)

@@ -193,16 +193,33 @@ def flatbuffer_op_outputs(path):
     return [list(op.outputs) for op in model.subgraphs[0].operators]
 
 
-def test_bad_input_is_named(files, tmp_path):
+@pytest.mark.parametrize("function", ["tflite_profile", "op_times"])
+def test_bad_input_is_named(files, tmp_path, function):
+    from export import profile
+
+    call = getattr(profile, function)
     with pytest.raises(ValueError, match=r"`path` must be an existing .tflite file. Received: path='nowhere.tflite'"):
-        tflite_profile("nowhere.tflite")
-    for name, value in (("num_threads", 0), ("runs", 1.5), ("num_threads", True)):
+        call("nowhere.tflite")
+    for name, value in (("num_threads", 0), ("runs", 1.5), ("num_threads", True), ("runs", 0)):
         with pytest.raises(ValueError, match=rf"`{name}` must be a positive int. Received: {name}={value!r}"):
-            tflite_profile(files["float32_b1"], **{name: value})
+            call(files["float32_b1"], **{name: value})
     junk = tmp_path / "junk.tflite"
     junk.write_bytes(b"not a flatbuffer" * 8)
     with pytest.raises(RuntimeError, match="LiteRT cannot load the file"):
-        tflite_profile(str(junk))
+        call(str(junk))
+
+
+def test_benchmark_clis_name_a_file_litert_cannot_load(files, tmp_path, capsys):
+    from benchmarks import op_time, quant_error
+
+    junk = tmp_path / "junk.tflite"
+    junk.write_bytes(b"not a flatbuffer" * 8)
+    for main, argv in ((op_time.main, [str(junk)]), (quant_error.main, [files["float32_b1"], str(junk)]),
+                       (quant_error.main, [str(junk), files["float32_b1"]])):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+    assert capsys.readouterr().err.count(f"LiteRT cannot load {junk}") == 3
 
 
 def test_cli_profile_puts_each_tflite_profile_in_the_report(trained_vit, tmp_path, capsys):
