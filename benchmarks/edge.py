@@ -66,7 +66,7 @@ TRAIN_SCHEDULE = {"Ti16": ((64, 20, 1e-3), (224, 4, 1e-3)), "S16": ((64, 20, 1e-
 TRAIN_BATCH_SIZE = 32
 CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs", "edge_models")
 HEAD_SPREAD = 4.0  # standard deviation of the seeded head's logits over the inputs
-CALIBRATION_SAMPLES = 32
+CALIBRATION_SAMPLES = 200  # export.tflite.DEFAULT_CALIBRATION_STEPS: what `--calibration-data digits` takes
 README_BEGIN, README_END = "<!-- edge:begin -->", "<!-- edge:end -->"
 HERE = os.path.dirname(os.path.abspath(__file__))
 

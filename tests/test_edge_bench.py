@@ -258,3 +258,10 @@ def test_a_bad_merge_file_is_refused_before_anything_is_measured(monkeypatch, tm
         assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.count("not a result of `--output`") == 3 and "the earlier run's rounds is 5, this run's 2" in err
+
+
+def test_the_table_calibrates_as_the_export_cli_does():
+    from benchmarks import edge
+    from export.tflite import DEFAULT_CALIBRATION_STEPS
+
+    assert edge.CALIBRATION_SAMPLES == DEFAULT_CALIBRATION_STEPS  # the files judged are the files users get
