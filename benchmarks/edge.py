@@ -545,7 +545,7 @@ def markdown(result):
         judge = f"agreement on {result['samples']} seeded inputs (2 threads), random weights, seeded decisive head"
     lines = [f"{result['machine']}. Batch 1; latency: median of {result['rounds']} interleaved rounds of the median "
              f"of {result['runs']} calls; {judge} (`benchmarks/edge.py`)."
-             + ("" if not result.get("measured") else " Measured: " + ", ".join(
+             + ("" if not result.get("measured") else " Run ended (per model): " + ", ".join(
                  f"{m} {t}" for m, t in result["measured"].items()) + "."), "",
              "| model | format | mode | ms, 1 thread | ms, 2 threads | x float32 (1 / 2 threads) | 2-thread speed-up "
              "| MB | x float32 size | top-1 agreement (decisive) | ops off XNNPACK / ops (partitions) | float ops |",
