@@ -86,25 +86,25 @@ def test_modes_come_from_the_export_package(monkeypatch):
 
 
 def test_decisive_head_makes_top1_follow_the_input():
-    from benchmarks import edge
+    from benchmarks import edge, edge_models
 
     model = edge.build("tiny")
     images = edge.inputs((32, 32, 3), 64, seed=1)
     assert np.all(model.predict(images, verbose=0) == 0)  # the zero-initialised head: every class ties
     head = edge.decisive_head(model, images)
     logits = model.predict(images, verbose=0)
-    assert logits.std() == pytest.approx(edge.HEAD_SPREAD, rel=1e-3)
-    assert np.abs(logits.mean(0)).max() < 1e-3 * edge.HEAD_SPREAD  # centred on the inputs' mean feature
+    assert logits.std() == pytest.approx(edge_models.HEAD_SPREAD, rel=1e-3)
+    assert np.abs(logits.mean(0)).max() < 1e-3 * edge_models.HEAD_SPREAD  # centred on the inputs' mean feature
     assert head["distinct_top1"] == len(np.unique(logits.argmax(-1))) >= 5  # of 10 classes
 
 
 def test_training_on_digits_then_the_cache_skips_it(tmp_path):
     import keras
 
-    from benchmarks import edge
+    from benchmarks import edge, edge_models
 
     model, info = edge.trained("tiny", steps=2, cache_dir=str(tmp_path), progress=lambda text: None)
-    (size, epochs, _), = edge.TRAIN_SCHEDULE["tiny"]
+    (size, epochs, _), = edge_models.TRAIN_SCHEDULE["tiny"]
     assert info["steps"] == epochs * 2 and not info["cached"] and info["train_s"] > 0
     name = f"tiny_{size}px-e{epochs}-lr0.0005_seed0_s2.weights.h5"
     assert info["cache"] == str(tmp_path / name) and (tmp_path / name).exists()
