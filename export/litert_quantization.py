@@ -26,8 +26,8 @@ of its recipes (`litert_quantizer.recipe`) and its default policy:
   recipe, where XNNPACK quantises activations to int8 at run time. A
   weight-only blockwise config is dropped by its policy check (the file
   stays float32, silently) or, with the check skipped, fails on the graph's
-  input ("only supports UniformQuantParams"); see docs/traps.md. Slow on a
-  phone CPU: XNNPACK declines the int4 DEQUANTIZE, so every
+  input ("only supports UniformQuantParams"); see docs/traps.md. Slow on
+  CPUs: XNNPACK declines the int4 DEQUANTIZE, so every
   FULLY_CONNECTED after it runs on LiteRT's single-threaded builtin float
   kernel (ViT-Ti/16: 4.3x float32's latency).
 - "dynamic_int4": int4 weights (symmetric, per output channel) stored in
@@ -37,7 +37,9 @@ of its recipes (`litert_quantizer.recipe`) and its default policy:
   of "weight_only_int4" at about half float32's latency (ViT-Ti/16: 0.15x
   the size, 0.47x the latency). Per channel, not blockwise: blockwise-32 on
   ViT-Ti/16 was 0.87x float32's latency, with top-1 agreement 0.8 points
-  higher (docs/traps.md).
+  higher (docs/traps.md). In a hybrid the ResNet's CONV_2D get int4
+  weights too, and XNNPACK declines those (a tiny hybrid: 0 of 5 CONV_2D
+  on XNNPACK), so they run on LiteRT's builtin kernels.
 
 Weights are quantised in FULLY_CONNECTED, CONV_2D and BATCH_MATMUL ops with
 constant weights (the policy's list; "dynamic_int4": the ops its dynamic
