@@ -1,13 +1,17 @@
-"""Where a second thread helps a `.tflite` file, op type by op type (issue 11's 2-thread bar).
+"""Where a second thread helps a `.tflite` or `.onnx` file, op type by op type (issue 11's 2-thread bar).
 
     .venv/bin/python -m benchmarks.op_time FILE_OR_FOLDER [...] [--runs 20] [--top 5]
 
-For each `.tflite` file (a folder: every `.tflite` file in it, sorted):
-- the whole graph's batch-1 latency in LiteRT (XNNPACK) on 1 and 2 threads, in alternation over
-  `--rounds` rounds (median of the rounds' medians) so that the machine's load falls on both alike;
-- every op timed alone on 1 and on 2 threads (`export.profile.op_times`: a one-op model fed its
-  inputs' values from a whole-graph run, on XNNPACK where the whole graph gives it XNNPACK, else
-  on LiteRT's builtin kernels), summed per op type and place;
+For each `.tflite` and `.onnx` file (a folder: every such file in it, sorted):
+- the whole graph's batch-1 latency on 1 and 2 threads (LiteRT with XNNPACK; onnxruntime's CPU
+  provider, sequential), in alternation over `--rounds` rounds (median of the rounds' medians) so that
+  the machine's load falls on both alike;
+- every op's time on 1 and on 2 threads, summed per op type and place. TFLite: each op timed alone
+  (`export.profile.op_times`: a one-op model fed its inputs' values from a whole-graph run, on XNNPACK
+  where the whole graph gives it XNNPACK, else on LiteRT's builtin kernels; place "xnnpack" or
+  "builtin"). ONNX: each node's kernel time inside whole-graph runs, from onnxruntime's profiler
+  (`export.onnx_profile.onnx_op_times`); place "ort, split" where a worker thread ran part of the
+  node in the 2-thread runs, "ort, not split" where the node stayed on one thread;
 - what holds the second thread back: per op type, its 2-thread time minus half its 1-thread time
   (the milliseconds a perfect second thread would have saved and did not), largest first.
 
@@ -24,14 +28,27 @@ import time
 import numpy as np
 
 
-def by_op_type(path, runs):
-    """`{(op, "xnnpack" | "builtin"): {"count", "ms_1", "ms_2"}}` from `export.profile.op_times` on 1 and 2 threads."""
-    from export.profile import op_times
+# places whose kernels do not use the second thread: LiteRT's builtin kernels, onnxruntime nodes it did not split
+ONE_THREAD_PLACES = ("builtin", "ort, not split")
 
+
+def by_op_type(path, runs):
+    """`{(op, place): {"count", "ms_1", "ms_2"}}` on 1 and 2 threads; place as in the module docstring."""
+    if path.endswith(".onnx"):
+        from export.onnx_profile import onnx_op_times
+
+        one, two = onnx_op_times(path, 1, runs), onnx_op_times(path, 2, runs)
+        one = {o["index"]: o for o in one}
+        pairs = [(one[b["index"]], b, "ort, split" if b["parallel"] else "ort, not split")
+                 for b in two if b["index"] in one]
+    else:
+        from export.profile import op_times
+
+        pairs = [(a, b, "xnnpack" if a["xnnpack"] else "builtin")
+                 for a, b in zip(op_times(path, 1, runs), op_times(path, 2, runs))]
     rows = collections.defaultdict(lambda: {"count": 0, "ms_1": 0.0, "ms_2": 0.0})
-    one, two = op_times(path, 1, runs), op_times(path, 2, runs)
-    for a, b in zip(one, two):
-        row = rows[(a["op"], "xnnpack" if a["xnnpack"] else "builtin")]
+    for a, b, place in pairs:
+        row = rows[(a["op"], place)]
         row["count"] += 1
         row["ms_1"] += a["ms"]
         row["ms_2"] += b["ms"]
@@ -39,13 +56,16 @@ def by_op_type(path, runs):
 
 
 def graph_ms(path, rounds, runs):
-    """`{1: ms, 2: ms}`: whole-graph batch-1 latency (XNNPACK), the two thread counts timed in alternation."""
+    """`{1: ms, 2: ms}`: whole-graph batch-1 latency (XNNPACK; onnxruntime's CPU provider), the two thread counts
+    timed in alternation."""
+    from export.onnx_profile import onnx_graph_latency_ms
     from export.profile import graph_latency_ms
 
     times = {1: [], 2: []}
     for _ in range(rounds):
         for threads in (1, 2):
-            times[threads].append(graph_latency_ms(path, threads, True, runs))
+            times[threads].append(onnx_graph_latency_ms(path, threads, runs) if path.endswith(".onnx")
+                                  else graph_latency_ms(path, threads, True, runs))
     return {t: float(np.median(v)) for t, v in times.items()}
 
 
@@ -66,12 +86,12 @@ def measure(paths, rounds=5, runs=20, progress=print):
 
 def markdown(results, top=5):
     """The summary table and, per file, its `top` op types by time lost to the second thread."""
-    lines = ["| file | ms, 1 thread | ms, 2 threads | speed-up | ops alone, 1 / 2 threads (ms) | builtin kernels, "
-             "1 / 2 threads (ms) | most time lost to the second thread |", "|---|---|---|---|---|---|---|"]
+    lines = ["| file | ms, 1 thread | ms, 2 threads | speed-up | ops, 1 / 2 threads (ms) | builtin (TFLite) / "
+             "not split (ONNX) kernels, 1 / 2 threads (ms) | most time lost to the second thread |", "|---|---|---|---|---|---|---|"]
     for r in results:
         ops = r["ops"]
         total = [sum(o[k] for o in ops) for k in ("ms_1", "ms_2")]
-        builtin = [sum(o[k] for o in ops if o["where"] == "builtin") for k in ("ms_1", "ms_2")]
+        builtin = [sum(o[k] for o in ops if o["where"] in ONE_THREAD_PLACES) for k in ("ms_1", "ms_2")]
         worst = ops[0] if ops else None
         lost = "n/a" if worst is None else f"{worst['op']} ({worst['where']}) {worst['lost_ms']:.2f} ms"
         lines.append(f"| {r['file']} | {r['graph_ms'][1]:.2f} | {r['graph_ms'][2]:.2f} | {r['speedup']:.2f}x | "
@@ -88,7 +108,7 @@ def markdown(results, top=5):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.op_time", description=__doc__.splitlines()[0])
-    parser.add_argument("paths", nargs="+", help=".tflite files or folders of them")
+    parser.add_argument("paths", nargs="+", help=".tflite / .onnx files or folders of them")
     parser.add_argument("--rounds", type=int, default=5, help="whole-graph latency rounds (default 5)")
     parser.add_argument("--runs", type=int, default=20, help="timed calls per op and per round (default 20)")
     parser.add_argument("--top", type=int, default=5, help="op types listed per file (default 5)")
@@ -99,21 +119,25 @@ def main(argv=None):
     paths = []
     for p in args.paths:
         if os.path.isdir(p):
-            paths += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".tflite"))
-        elif os.path.isfile(p) and p.endswith(".tflite"):
+            paths += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith((".tflite", ".onnx")))
+        elif os.path.isfile(p) and p.endswith((".tflite", ".onnx")):
             paths.append(p)
         else:
-            parser.exit(2, f"{parser.prog}: error: each path must be a .tflite file or a folder. Received: {p}\n")
+            parser.exit(2, f"{parser.prog}: error: each path must be a .tflite or .onnx file or a folder. "
+                           f"Received: {p}\n")
     if not paths:
-        parser.exit(2, f"{parser.prog}: error: no .tflite file in {', '.join(args.paths)}\n")
+        parser.exit(2, f"{parser.prog}: error: no .tflite or .onnx file in {', '.join(args.paths)}\n")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from ai_edge_litert.interpreter import Interpreter
 
-    for path in paths:  # a file LiteRT cannot load is named up front, not found after minutes of timing
+    from export.onnx_profile import _session
+
+    for path in paths:  # a file the runtime cannot load is named up front, not found after minutes of timing
         try:
-            Interpreter(model_path=path)
-        except ValueError as e:
-            parser.exit(2, f"{parser.prog}: error: LiteRT cannot load {path}: {e}\n")
+            _session(path, 1) if path.endswith(".onnx") else Interpreter(model_path=path)
+        except (RuntimeError, ValueError) as e:
+            parser.exit(2, f"{parser.prog}: error: {'onnxruntime' if path.endswith('.onnx') else 'LiteRT'} cannot "
+                           f"load {path}: {e}\n")
     results = measure(paths, args.rounds, args.runs, progress=lambda text: print(text, flush=True))
     print()
     print(markdown(results, args.top))

@@ -137,15 +137,16 @@ def graph_latency_ms(path, num_threads=1, xnnpack=True, runs=20):
     return 1000.0 * float(np.median(times))
 
 
-def check_arguments(path, num_threads=1, runs=1):
-    """`path` as a str after checking the arguments `tflite_profile` and `op_times` share.
+def check_arguments(path, num_threads=1, runs=1, kind=".tflite"):
+    """`path` as a str after checking the arguments `tflite_profile` and `op_times` share (`kind` names the
+    file type in the message; `export.onnx_profile` passes ".onnx").
 
     Raises:
         ValueError: `path` is not an existing file, or `num_threads` / `runs` is not a positive int;
             the message names the argument and the value received.
     """
     if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
-        raise ValueError(f"`path` must be an existing .tflite file. Received: path={path!r}")
+        raise ValueError(f"`path` must be an existing {kind} file. Received: path={path!r}")
     for name, value in (("num_threads", num_threads), ("runs", runs)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")

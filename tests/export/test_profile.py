@@ -285,12 +285,13 @@ def test_op_time_benchmark_accounts_for_every_op_on_both_thread_counts(files, tm
     assert table.count("| builtin |") + table.count("| xnnpack |") == min(3, len(result["ops"]))
 
 
-def test_op_time_cli_refuses_a_path_that_is_no_tflite_file(tmp_path, capsys):
+def test_op_time_cli_refuses_a_path_that_is_no_tflite_or_onnx_file(tmp_path, capsys):
     from benchmarks import op_time
 
-    for argv in ([str(tmp_path)], [str(tmp_path / "x.onnx")], [str(tmp_path), "--runs", "0"]):
+    for argv in ([str(tmp_path)], [str(tmp_path / "x.onnx")], [str(tmp_path / "x.h5")], [str(tmp_path), "--runs", "0"]):
         with pytest.raises(SystemExit) as e:
             op_time.main(argv)
         assert e.value.code == 2
     err = capsys.readouterr().err
-    assert "no .tflite file in" in err and "must be a .tflite file or a folder" in err and "--runs must be a positive" in err
+    assert "no .tflite or .onnx file in" in err and err.count("must be a .tflite or .onnx file or a folder") == 2
+    assert "--runs must be a positive" in err

@@ -1,0 +1,144 @@
+"""Per-node time of an `.onnx` file in onnxruntime, from onnxruntime's own profiler.
+
+`export.profile` times a `.tflite` file op by op by isolation, because LiteRT's Python API has no
+profiler. onnxruntime has one (`SessionOptions.enable_profiling`): every run writes one Chrome-trace
+event per node, `<node name>_kernel_time`, with its duration in microseconds, its `op_name`, and
+`thread_scheduling_stats` that say how many times each worker thread of the intra-op thread pool ran
+a piece of that node (`sub_threads[id].num_run`). `onnx_op_times` reads those events, so the time of
+each node is the kernel's own time inside a whole-graph run, and it says whether the kernel handed
+work to the second thread at all: the instrument for issue 11's 2-thread bar on the ONNX files.
+"""
+
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from export.profile import check_arguments
+
+WARMUP_RUNS = 3
+
+
+def _session(path, num_threads, profile_prefix=None):
+    """A sequential CPU session with `num_threads` intra-op threads (as `benchmarks.edge` times ONNX files)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = num_threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+    try:
+        return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own exception types (InvalidGraph, Fail, ...)
+        raise RuntimeError(f"{path}: onnxruntime cannot load the file: {e}") from None
+
+
+def _batch1_feed(session):
+    """`{input name: seeded batch-1 value}`: floats in [-1, 1], integers over their dtype's range."""
+    feed = {}
+    rng = np.random.default_rng(0)
+    for detail in session.get_inputs():
+        shape = [d if isinstance(d, int) else 1 for d in detail.shape]
+        name = detail.type[len("tensor("):-1]
+        dtype = np.dtype({"float": "float32", "double": "float64"}.get(name, name))
+        if np.issubdtype(dtype, np.integer):
+            info = np.iinfo(dtype)
+            feed[detail.name] = rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+        else:
+            feed[detail.name] = rng.uniform(-1, 1, shape).astype(dtype)
+    return feed
+
+
+def onnx_graph_latency_ms(path, num_threads=1, runs=20):
+    """Median wall time in ms of one batch-1 `InferenceSession.run` (CPU provider, sequential), after two warm-up runs.
+
+    Args:
+        path: an `.onnx` file; dynamic dimensions are fed as 1.
+        num_threads: int >= 1, onnxruntime's intra-op threads.
+        runs: int >= 1, timed runs.
+
+    Returns:
+        float, milliseconds (wall clock: depends on the machine and its load).
+
+    Raises:
+        ValueError: `path` is not an existing file, or `num_threads` / `runs` is not a positive int.
+        RuntimeError: onnxruntime cannot load the file.
+    """
+    path = check_arguments(path, num_threads, runs, kind=".onnx")
+    session = _session(path, num_threads)
+    feed = _batch1_feed(session)
+    times = []
+    for i in range(runs + 2):
+        start = time.perf_counter()
+        session.run(None, feed)
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    return 1000.0 * float(np.median(times))
+
+
+def onnx_op_times(path, num_threads=1, runs=20):
+    """Per-node batch-1 time of an `.onnx` file in onnxruntime's CPU provider, from its profiler.
+
+    The session (sequential, `num_threads` intra-op threads) runs a seeded batch-1 input
+    `WARMUP_RUNS + runs` times with profiling on; each node's figure is the median of its
+    `<name>_kernel_time` durations over the last `runs` runs. The profiler's own bookkeeping (about
+    10 us per node on this project's machine) is outside the kernel times but inside the wall time of a
+    profiled run, so compare the sum with `onnx_graph_latency_ms`, not with a profiled run.
+
+    Args:
+        path: an `.onnx` file; dynamic dimensions are fed as 1.
+        num_threads: int >= 1, onnxruntime's intra-op threads.
+        runs: int >= 1, profiled runs counted.
+
+    Returns:
+        A list, one dict per node that ran, in execution order: {"index" (int, the node's index in the
+        graph), "name" (str), "op" (str, the ONNX op type, e.g. "MatMulInteger"), "ms" (float,
+        milliseconds: depends on the machine and its load), "parallel" (bool: in at least half of
+        the runs counted, a worker thread of the pool ran part of the node; always False with one
+        thread)}.
+
+    Raises:
+        ValueError: `path` is not an existing file, or `num_threads` / `runs` is not a positive int.
+        RuntimeError: onnxruntime cannot load the file, or its profile has no node events.
+    """
+    path = check_arguments(path, num_threads, runs, kind=".onnx")
+    with tempfile.TemporaryDirectory(prefix="keras_vit_onnx_profile_") as folder:
+        session = _session(path, num_threads, os.path.join(folder, "profile"))
+        feed = _batch1_feed(session)
+        for _ in range(WARMUP_RUNS + runs):
+            session.run(None, feed)
+        with open(session.end_profiling()) as f:
+            events = json.load(f)
+    nodes, runs_so_far = {}, {}
+    kernel_events = [e for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")]
+    for event in sorted(kernel_events, key=lambda e: e["ts"]):
+        args = event.get("args", {})
+        index = int(args.get("node_index", -1))
+        node = nodes.setdefault(index, {"name": event["name"][:-len("_kernel_time")], "op": args.get("op_name", "?"),
+                                        "start": event["ts"], "dur": [], "parallel": []})
+        node["dur"].append(event["dur"])
+        stats = args.get("thread_scheduling_stats", {})
+        if isinstance(stats, str):  # some onnxruntime builds write it as a JSON string
+            stats = json.loads(stats) if stats.strip() else {}
+        ran = False  # num_run is a worker's running count of pieces run: it grew during this node
+        for thread, sub in stats.get("sub_threads", {}).items():
+            count = int(sub.get("num_run", 0))
+            ran |= thread in runs_so_far and count > runs_so_far[thread]
+            runs_so_far[thread] = count
+        node["parallel"].append(ran)
+    if not nodes:
+        raise RuntimeError(f"{path}: onnxruntime's profile has no node events")
+    out = []
+    for index, node in sorted(nodes.items(), key=lambda item: item[1]["start"]):
+        counted = slice(WARMUP_RUNS, None) if len(node["dur"]) > WARMUP_RUNS else slice(None)
+        parallel = node["parallel"][counted]
+        out.append({"index": index, "name": node["name"], "op": node["op"],
+                    "ms": float(np.median(node["dur"][counted])) / 1000.0,
+                    "parallel": sum(parallel) * 2 >= len(parallel) and num_threads > 1})
+    return out

@@ -1,0 +1,90 @@
+"""export.onnx_profile: per-node time of an .onnx file from onnxruntime's profiler, and benchmarks.op_time on it."""
+
+import math
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+
+from export import export_onnx
+from export.onnx_profile import onnx_graph_latency_ms, onnx_op_times
+
+
+@pytest.fixture(scope="module")
+def onnx_files(trained_vit, tmp_path_factory):
+    """The tiny trained ViT as float32 and static int8 (QDQ) ONNX files."""
+    model, _, images, _ = trained_vit
+    folder = tmp_path_factory.mktemp("onnx_profile")
+    paths = {}
+    for quantization in ("float32", "int8"):
+        paths[quantization] = str(folder / f"{quantization}.onnx")
+        export_onnx(model, paths[quantization], quantization=quantization, representative_data=images[:32],
+                    verify=False)
+    return paths
+
+
+def optimised_nodes(path, tmp_path):
+    """The node op types of the graph onnxruntime runs (its optimised graph, written by onnxruntime itself)."""
+    options = onnxruntime.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
+    onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return [node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node]
+
+
+@pytest.mark.parametrize("quantization", ["float32", "int8"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_entry_per_node_onnxruntime_runs(onnx_files, quantization, threads, tmp_path):
+    ops = onnx_op_times(onnx_files[quantization], num_threads=threads, runs=2)
+    assert sorted(o["op"] for o in ops) == sorted(optimised_nodes(onnx_files[quantization], tmp_path))
+    assert len({o["index"] for o in ops}) == len(ops)
+    assert all(math.isfinite(o["ms"]) and o["ms"] >= 0 and isinstance(o["parallel"], bool) for o in ops)
+    if threads == 1:  # one thread has no worker to hand work to
+        assert not any(o["parallel"] for o in ops)
+    if quantization == "int8":
+        assert {"QuantizeLinear", "DequantizeLinear"} <= {o["op"] for o in ops}
+
+
+def test_graph_latency_is_positive_and_feeds_batch_one(onnx_files):
+    assert onnxruntime.InferenceSession(onnx_files["float32"]).get_inputs()[0].shape[0] != 1  # a dynamic batch
+    for threads in (1, 2):
+        ms = onnx_graph_latency_ms(onnx_files["float32"], num_threads=threads, runs=3)
+        assert 0 < ms < 10_000
+
+
+@pytest.mark.parametrize("function", [onnx_op_times, onnx_graph_latency_ms])
+def test_bad_input_is_named(onnx_files, tmp_path, function):
+    with pytest.raises(ValueError, match=r"`path` must be an existing .onnx file. Received: path='nowhere.onnx'"):
+        function("nowhere.onnx")
+    for name, value in (("num_threads", 0), ("runs", 1.5), ("num_threads", True)):
+        with pytest.raises(ValueError, match=rf"`{name}` must be a positive int. Received: {name}={value!r}"):
+            function(onnx_files["float32"], **{name: value})
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a protobuf" * 8)
+    with pytest.raises(RuntimeError, match="onnxruntime cannot load the file"):
+        function(str(junk))
+
+
+def test_op_time_benchmark_on_onnx_files_accounts_for_every_node(onnx_files, tmp_path):
+    # smoke test of `python -m benchmarks.op_time` on the tiny ONNX files: structure, no timing
+    from benchmarks import op_time
+
+    results = op_time.measure([onnx_files["int8"], onnx_files["float32"]], rounds=1, runs=1, progress=lambda t: None)
+    for result, key in zip(results, ("int8", "float32")):
+        assert sum(r["count"] for r in result["ops"]) == len(optimised_nodes(onnx_files[key], tmp_path))
+        assert {r["where"] for r in result["ops"]} <= {"ort, split", "ort, not split"}
+        assert np.all(np.diff([r["lost_ms"] for r in result["ops"]]) <= 0)
+    table = op_time.markdown(results, top=2)
+    assert "| int8.onnx |" in table and "| float32.onnx |" in table
+    assert table.count("| ort, split |") + table.count("| ort, not split |") == 4
+
+
+def test_op_time_cli_names_an_onnx_file_onnxruntime_cannot_load(tmp_path, capsys):
+    from benchmarks import op_time
+
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a protobuf" * 8)
+    with pytest.raises(SystemExit) as e:
+        op_time.main([str(junk)])
+    assert e.value.code == 2
+    assert f"onnxruntime cannot load {junk}" in capsys.readouterr().err
