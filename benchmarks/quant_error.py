@@ -13,11 +13,13 @@ the median SNR of its outputs in each file, and the SNR of each file's output te
 a median: a confident softmax keeps a high SNR even where the ops before it lose more).
 
 Then each op's own error ("local"): its output against what the op computes in float64 from the same file's
-(dequantised) inputs, for MEAN, MUL, ADD, SUB, RSQRT, SOFTMAX and GELU (exact erf GELU); the median and the
-lowest SNR per op type. Error that comes in with the inputs does not count here, so a low figure names the
-kernel (or the quantisation of that op's output) that loses precision. Matrix products (FULLY_CONNECTED,
-BATCH_MATMUL) and layout ops are not covered; in a dynamic-range or weight-only file the covered ops compute in
-float, so this table shows only float32 rounding there (over 100 dB).
+(dequantised) inputs, for MEAN, MUL, ADD, SUB, RSQRT, SOFTMAX, GELU (exact erf GELU), FULLY_CONNECTED and BATCH_MATMUL (with
+their dequantised weights and bias, per channel where the file quantises per channel); the median and the
+lowest SNR per op type. Error that comes in with the inputs (the quantised weights included) does not count
+here, so a low figure names the kernel (or the quantisation of that op's output) that loses precision. Layout
+ops are not covered; in a dynamic-range or weight-only file the element-wise ops compute in float, so this
+table shows only float32 rounding there (over 100 dB), and its matrix products show the run-time
+quantisation of their inputs.
 
 Used for issue 11's int16x8 agreement bar (benchmarks/README.md): where int16 activations lose against the
 files that quantise weights only. Nothing here asserts a figure.
@@ -47,6 +49,13 @@ def _runs(path, images):
         q = details[index]["quantization_parameters"]
         if details[index]["dtype"] in (np.int8, np.uint8, np.int16) and len(q["scales"]) == 1:
             v = (v - q["zero_points"][0]) * q["scales"][0]
+        elif details[index]["dtype"] in (np.int8, np.int16, np.int32, np.int64) and len(q["scales"]) > 1:
+            # a per-channel weight or bias: one scale per index along quantized_dimension
+            shape = [1] * v.ndim
+            shape[q["quantized_dimension"]] = len(q["scales"])
+            v = (v - q["zero_points"].reshape(shape)) * q["scales"].reshape(shape)
+        elif details[index]["dtype"] in (np.int32, np.int64) and len(q["scales"]) == 1 and q["scales"][0] != 0:
+            v = (v - q["zero_points"][0]) * q["scales"][0]  # a per-tensor quantised bias
         return v
 
     if detail["dtype"] != np.float32:
@@ -113,6 +122,17 @@ def _reference_op(name, inputs, interpreter):
     if name == "GELU":
         x = inputs[0][1]
         return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+    if name == "FULLY_CONNECTED":  # x (..., in) @ W (out, in).T + b (out); float, int8 or int4 (unpacked) weights
+        x, w = inputs[0][1], inputs[1][1]
+        if w.ndim != 2 or x.shape[-1] != w.shape[1]:
+            return None
+        y = x.reshape(-1, w.shape[1]) @ w.T
+        return y + inputs[2][1] if len(inputs) > 2 else y
+    if name == "BATCH_MATMUL":  # adj_y is not exposed: a (.., m, k) @ b (.., k, n), else @ b (.., n, k) transposed
+        a, b = inputs[0][1], inputs[1][1]
+        if a.shape[-1] == b.shape[-2]:
+            return a @ b
+        return a @ np.swapaxes(b, -1, -2) if a.shape[-1] == b.shape[-1] else None
     return None
 
 

@@ -73,6 +73,44 @@ def test_int16x8_file_has_int16_activations_int8_weights_and_float_io(files):
     assert tensors[ops[0][1][0]][1] == "FLOAT32" and tensors[ops[-1][2][0]][1] == "FLOAT32"  # float32 I/O
 
 
+def test_int16x8_calibration_is_the_envelope_of_every_image_not_a_moving_average(trained_vit, calibration):
+    # LiteRT Quantizer's one-call calibration keeps a moving average of each image's extremes, which clipped
+    # ViT-Ti/16's LayerNorm statistics; calibrate_min_max must give every tensor's true range over the images
+    from ai_edge_litert.interpreter import Interpreter
+    from litert_quantizer import Quantizer
+
+    from export.litert_quantization import calibrate_min_max, recipe
+
+    with ServingGraph(trained_vit[0], batch_size=1, scores="logits") as graph:
+        float_content = tflite.convert(graph, "float32", progress=False)
+    images = calibration[:12]
+    interpreter = Interpreter(model_content=float_content)
+    (key, signature), = interpreter.get_signature_list().items()
+    (input_name,) = signature["inputs"]
+    quantizer = Quantizer(float_content, recipe("int16x8"))
+    merged = calibrate_min_max(quantizer, key, input_name, images, 1)
+    # independent: every tensor of a float run, all intermediates kept, image by image
+    interpreter = Interpreter(model_content=float_content, experimental_preserve_all_tensors=True)
+    interpreter.allocate_tensors()
+    details = {d["name"]: d["index"] for d in interpreter.get_tensor_details()}
+    low, high = {}, {}
+    for image in images:
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], image[None])
+        interpreter.invoke()
+        for name in merged:
+            value = interpreter.get_tensor(details[name])
+            low[name] = min(low.get(name, np.inf), float(value.min()))
+            high[name] = max(high.get(name, -np.inf), float(value.max()))
+    activations = [n for n in merged if np.size(merged[n]["min"]) == 1]
+    assert len(activations) > 20
+    for name in activations:
+        np.testing.assert_allclose(float(np.squeeze(merged[name]["min"])), low[name], rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(float(np.squeeze(merged[name]["max"])), high[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    # the library's own calibration of the same images in one call is narrower somewhere (a moving average)
+    default = quantizer.calibrate({key: [{input_name: images[i : i + 1]} for i in range(len(images))]}, num_threads=1)
+    assert any(float(np.squeeze(default[n]["max"])) < high[n] - 1e-3 * max(1.0, abs(high[n])) for n in activations)
+
+
 @pytest.mark.parametrize("quantization,bits", [("weight_only_int8", "INT8"), ("weight_only_int4", "INT4")])
 def test_weight_only_files_keep_float_compute_with_per_channel_integer_weights(files, quantization, bits):
     tensors = _tensors(files[quantization])
