@@ -9,7 +9,10 @@ of its recipes (`litert_quantizer.recipe`) and its default policy:
 
 - "int16x8": int8 weights (symmetric, one scale per output channel) and
   int16 activations (symmetric, one scale per tensor), min/max-calibrated
-  on the same representative images as "int8"; recipe `static_wi8_ai16`.
+  on the same representative images as "int8" (each tensor's range is the
+  envelope over all images, `calibrate_min_max`, not LiteRT Quantizer's
+  moving average, which clipped ViT-Ti/16's LayerNorm statistics); recipe
+  `static_wi8_ai16`.
   The graph's input and output are left float32 (a QUANTIZE after the
   input, a DEQUANTIZE before the output), so an app feeds the same float32
   tensor as to every other file. The accuracy mode of integer accelerators
@@ -173,7 +176,18 @@ def calibrate_min_max(quantizer, signature_key, input_name, samples, num_threads
     stopped at 98.0% (docs/traps.md). Each image is calibrated in a call of
     its own here, and the results are merged by element-wise min and max,
     as TensorFlow's converter calibrates. Any other statistic a recipe keeps
-    (none for `static_wi8_ai16`) is taken from the last image.
+    (none for `static_wi8_ai16`) is taken from the last image. Each call
+    builds a calibrator of its own: ViT-Ti/16's int16x8 file (200 images)
+    took 44 s to make, against 16-29 s with one call.
+
+    Args:
+        quantizer: a `litert_quantizer.Quantizer` whose recipe needs calibration.
+        signature_key, input_name: the float model's one signature and its input.
+        samples: float32 images `(n, h, w, c)`, n >= 1, in the model's input scale.
+        num_threads: int >= 1, LiteRT threads.
+
+    Returns:
+        `{tensor name: QSV dict}` for `Quantizer.quantize`, with "min" and "max" as arrays.
     """
     merged = {}
     for i in range(len(samples)):

@@ -26,11 +26,12 @@ import numpy as np
 # - int16x8, weight_only_int8, weight_only_int4 (LiteRT Quantizer, export/litert_quantization.py). Measured
 #   on 360 held-out digits, decisive top-1 agreement / accuracy drop (points) per model, tiny = the tests'
 #   16 px ViT (hidden 32, 1 layer, ~92% accurate), small = hidden 64 (93%), demo = `make demo`'s 803k-param
-#   ViT (98.6%): int16x8 99.4/0 tiny (96.9 on the tests' 96 images), 98.1-98.3/0.8 small, 99.7/0.3 demo
-#   (TensorFlow's int8 on the same models: 99.4, 97.2-97.5, 99.4: LiteRT Quantizer's int16x8 is no more
-#   faithful than int8 on these models, its int8 weights dominate the error); weight_only_int8 100/0,
+#   ViT (98.6%): int16x8 99.7-100/0 tiny over two seeds (100 on the tests' 96 images), 98.6-99.7/0.3 small,
+#   100/0 demo, calibrated by `calibrate_min_max` (TensorFlow's int8 on the same models: 98.6-99.4,
+#   97.5-98.1, 99.4; int16x8 with LiteRT Quantizer's own moving-average calibration, which clipped: 99.4
+#   (96.9 on the 96 images), 98.1-98.3, 99.7); weight_only_int8 100/0,
 #   99.7-100/0.3, 100/0; weight_only_int4 (per channel) 90.6-90.8/3.3, 96.4-96.7/2.2, 99.7/0.3. Bars:
-#   int16x8 95% and 2 points; weight_only_int8 99%; weight_only_int4 95% and 3 points: int4 per channel
+#   int16x8 97% and 2 points (int8's: its lowest figure 98.6% leaves a margin); weight_only_int8 99%; weight_only_int4 95% and 3 points: int4 per channel
 #   costs the narrowest models most (the tiny one misses the bar and is reported failed). dynamic_int4
 #   (the same int4 weights, int8 activations at run time): tiny 95.8% raw agreement and logit cosine
 #   0.968 on the tests' 96 images (weight_only_int4: the same), demo 99.4/0.3: the same bars as
@@ -45,7 +46,7 @@ TOLERANCES = {
     "float16": {"decisive_top1_agreement": 0.99},
     "dynamic_int8": {"decisive_top1_agreement": 0.98},
     "int8": {"decisive_top1_agreement": 0.97, "accuracy_drop": 0.02},
-    "int16x8": {"decisive_top1_agreement": 0.95, "accuracy_drop": 0.02},
+    "int16x8": {"decisive_top1_agreement": 0.97, "accuracy_drop": 0.02},
     "weight_only_int8": {"decisive_top1_agreement": 0.99},
     "weight_only_int4": {"decisive_top1_agreement": 0.95, "accuracy_drop": 0.03},
     "dynamic_int4": {"decisive_top1_agreement": 0.95, "accuracy_drop": 0.03},

@@ -169,8 +169,9 @@ def test_weight_only_int4_halves_the_weight_bytes_and_is_below_a_fifth_of_float3
     assert 0.45 * dense <= saved <= 0.55 * dense, (saved, dense, sizes)
 
 
-# measured on the tests' 96 held-out digits (logits): raw top-1 agreement with Keras and mean cosine
-MEASURED = {"int16x8": (0.969, 0.994), "weight_only_int8": (1.0, 0.9999), "weight_only_int4": (0.958, 0.967),
+# measured on the tests' 96 held-out digits (logits): raw top-1 agreement with Keras and mean cosine (int16x8
+# with LiteRT Quantizer's own moving-average calibration: 0.969, 0.994)
+MEASURED = {"int16x8": (1.0, 0.9995), "weight_only_int8": (1.0, 0.9999), "weight_only_int4": (0.958, 0.967),
             "dynamic_int4": (0.958, 0.967)}
 
 
