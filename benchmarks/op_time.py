@@ -32,12 +32,12 @@ import numpy as np
 ONE_THREAD_PLACES = ("builtin", "ort, not split")
 
 
-def by_op_type(path, runs):
+def by_op_type(path, runs, input_shape=None):
     """`{(op, place): {"count", "ms_1", "ms_2"}}` on 1 and 2 threads; place as in the module docstring."""
     if path.endswith(".onnx"):
         from export.onnx_profile import onnx_op_times
 
-        one, two = onnx_op_times(path, 1, runs), onnx_op_times(path, 2, runs)
+        one, two = onnx_op_times(path, 1, runs, input_shape), onnx_op_times(path, 2, runs, input_shape)
         one = {o["index"]: o for o in one}
         pairs = [(one[b["index"]], b, "ort, split" if b["parallel"] else "ort, not split")
                  for b in two if b["index"] in one]
@@ -55,7 +55,7 @@ def by_op_type(path, runs):
     return dict(rows)
 
 
-def graph_ms(path, rounds, runs):
+def graph_ms(path, rounds, runs, input_shape=None):
     """`{1: ms, 2: ms}`: whole-graph batch-1 latency (XNNPACK; onnxruntime's CPU provider), the two thread counts
     timed in alternation."""
     from export.onnx_profile import onnx_graph_latency_ms
@@ -64,21 +64,21 @@ def graph_ms(path, rounds, runs):
     times = {1: [], 2: []}
     for _ in range(rounds):
         for threads in (1, 2):
-            times[threads].append(onnx_graph_latency_ms(path, threads, runs) if path.endswith(".onnx")
+            times[threads].append(onnx_graph_latency_ms(path, threads, runs, input_shape) if path.endswith(".onnx")
                                   else graph_latency_ms(path, threads, True, runs))
     return {t: float(np.median(v)) for t, v in times.items()}
 
 
-def measure(paths, rounds=5, runs=20, progress=print):
+def measure(paths, rounds=5, runs=20, progress=print, input_shape=None):
     """One result per file: {"file", "graph_ms": {1, 2}, "speedup", "ops": by_op_type rows as a list, sorted by the
     time lost to a second thread (ms_2 - ms_1 / 2), largest first}."""
     out = []
     for path in paths:
         start = time.perf_counter()
         rows = [{"op": op, "where": where, **v, "lost_ms": v["ms_2"] - v["ms_1"] / 2}
-                for (op, where), v in by_op_type(path, runs).items()]
+                for (op, where), v in by_op_type(path, runs, input_shape).items()]
         rows.sort(key=lambda r: -r["lost_ms"])
-        graph = graph_ms(path, rounds, runs)
+        graph = graph_ms(path, rounds, runs, input_shape)
         out.append({"file": os.path.basename(path), "graph_ms": graph, "speedup": graph[1] / graph[2], "ops": rows})
         progress(f"{os.path.basename(path)}: {graph[1]:.2f} / {graph[2]:.2f} ms ({time.perf_counter() - start:.0f} s)")
     return out
@@ -112,7 +112,16 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5, help="whole-graph latency rounds (default 5)")
     parser.add_argument("--runs", type=int, default=20, help="timed calls per op and per round (default 20)")
     parser.add_argument("--top", type=int, default=5, help="op types listed per file (default 5)")
+    parser.add_argument("--input-shape", default=None, metavar="H,W,C",
+                        help="input shape without the batch, for an .onnx file of dynamic height and width")
     args = parser.parse_args(argv)
+    input_shape = None
+    if args.input_shape is not None:
+        try:
+            input_shape = tuple(int(d) for d in args.input_shape.split(","))
+        except ValueError:
+            parser.exit(2, f"{parser.prog}: error: --input-shape must be comma-separated ints, e.g. 224,224,3. "
+                           f"Received: {args.input_shape}\n")
     for flag in ("rounds", "runs", "top"):
         if getattr(args, flag) < 1:
             parser.exit(2, f"{parser.prog}: error: --{flag} must be a positive int. Received: {getattr(args, flag)}\n")
@@ -130,15 +139,21 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from ai_edge_litert.interpreter import Interpreter
 
-    from export.onnx_profile import _session
+    from export.onnx_profile import _batch1_feed, _session
 
-    for path in paths:  # a file the runtime cannot load is named up front, not found after minutes of timing
+    for path in paths:  # a file the runtime cannot load or feed is named up front, not after minutes of timing
         try:
             _session(path, 1) if path.endswith(".onnx") else Interpreter(model_path=path)
         except (RuntimeError, ValueError) as e:
             parser.exit(2, f"{parser.prog}: error: {'onnxruntime' if path.endswith('.onnx') else 'LiteRT'} cannot "
                            f"load {path}: {e}\n")
-    results = measure(paths, args.rounds, args.runs, progress=lambda text: print(text, flush=True))
+        if path.endswith(".onnx"):
+            try:
+                _batch1_feed(_session(path, 1), input_shape)
+            except ValueError as e:
+                parser.exit(2, f"{parser.prog}: error: {path}: {e}\n")
+    results = measure(paths, args.rounds, args.runs, progress=lambda text: print(text, flush=True),
+                      input_shape=input_shape)
     print()
     print(markdown(results, args.top))
     return 0

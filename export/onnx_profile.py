@@ -3,10 +3,11 @@
 `export.profile` times a `.tflite` file op by op by isolation, because LiteRT's Python API has no
 profiler. onnxruntime has one (`SessionOptions.enable_profiling`): every run writes one Chrome-trace
 event per node, `<node name>_kernel_time`, with its duration in microseconds, its `op_name`, and
-`thread_scheduling_stats` that say how many times each worker thread of the intra-op thread pool ran
-a piece of that node (`sub_threads[id].num_run`). `onnx_op_times` reads those events, so the time of
-each node is the kernel's own time inside a whole-graph run, and it says whether the kernel handed
-work to the second thread at all: the instrument for issue 11's 2-thread bar on the ONNX files.
+`thread_scheduling_stats`, where `sub_threads[id].num_run` is how many pieces of work each worker thread
+of the intra-op pool has run since the session started (a running count, not the node's own).
+`onnx_op_times` reads those events, so the time of each node is the kernel's own time inside a
+whole-graph run, and a worker's count growing during a node says that the node handed work to the
+second thread: the instrument for issue 11's 2-thread bar on the ONNX files.
 """
 
 import json
@@ -39,12 +40,28 @@ def _session(path, num_threads, profile_prefix=None):
         raise RuntimeError(f"{path}: onnxruntime cannot load the file: {e}") from None
 
 
-def _batch1_feed(session):
-    """`{input name: seeded batch-1 value}`: floats in [-1, 1], integers over their dtype's range."""
+def _batch1_feed(session, input_shape=None):
+    """`{input name: seeded batch-1 value}`: floats in [-1, 1], integers over their dtype's range.
+
+    A dynamic batch is fed as 1; other dynamic dimensions (a model of any resolution) come from
+    `input_shape`, the input's shape without the batch, e.g. `(224, 224, 3)`.
+    """
+    if input_shape is not None and (not isinstance(input_shape, (tuple, list)) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in input_shape)):
+        raise ValueError(f"`input_shape` must be a tuple of positive ints, e.g. (224, 224, 3). "
+                         f"Received: input_shape={input_shape!r}")
     feed = {}
     rng = np.random.default_rng(0)
     for detail in session.get_inputs():
-        shape = [d if isinstance(d, int) else 1 for d in detail.shape]
+        static = all(isinstance(d, int) for d in detail.shape[1:])
+        if input_shape is None and not static:
+            raise ValueError(f"`input_shape` must be given for an .onnx file whose input {detail.name!r} has dynamic "
+                             f"dimensions other than the batch: {detail.shape}. Received: input_shape=None")
+        if input_shape is not None and (len(input_shape) != len(detail.shape) - 1 or any(
+                isinstance(d, int) and d != given for d, given in zip(detail.shape[1:], input_shape))):
+            raise ValueError(f"`input_shape` must fit the input {detail.name!r} {detail.shape} without its batch. "
+                             f"Received: input_shape={tuple(input_shape)}")
+        shape = [1, *(detail.shape[1:] if input_shape is None else input_shape)]
         name = detail.type[len("tensor("):-1]
         dtype = np.dtype({"float": "float32", "double": "float64"}.get(name, name))
         if np.issubdtype(dtype, np.integer):
@@ -55,24 +72,27 @@ def _batch1_feed(session):
     return feed
 
 
-def onnx_graph_latency_ms(path, num_threads=1, runs=20):
+def onnx_graph_latency_ms(path, num_threads=1, runs=20, input_shape=None):
     """Median wall time in ms of one batch-1 `InferenceSession.run` (CPU provider, sequential), after two warm-up runs.
 
     Args:
-        path: an `.onnx` file; dynamic dimensions are fed as 1.
+        path: an `.onnx` file; a dynamic batch is fed as 1.
         num_threads: int >= 1, onnxruntime's intra-op threads.
         runs: int >= 1, timed runs.
+        input_shape: the input's shape without the batch, e.g. `(224, 224, 3)`; needed only when the
+            file's height or width is dynamic.
 
     Returns:
         float, milliseconds (wall clock: depends on the machine and its load).
 
     Raises:
-        ValueError: `path` is not an existing file, or `num_threads` / `runs` is not a positive int.
+        ValueError: `path` is not an existing file, `num_threads` / `runs` is not a positive int, or
+            `input_shape` is missing for a file of dynamic height and width, or does not fit it.
         RuntimeError: onnxruntime cannot load the file.
     """
     path = check_arguments(path, num_threads, runs, kind=".onnx")
     session = _session(path, num_threads)
-    feed = _batch1_feed(session)
+    feed = _batch1_feed(session, input_shape)
     times = []
     for i in range(runs + 2):
         start = time.perf_counter()
@@ -82,7 +102,7 @@ def onnx_graph_latency_ms(path, num_threads=1, runs=20):
     return 1000.0 * float(np.median(times))
 
 
-def onnx_op_times(path, num_threads=1, runs=20):
+def onnx_op_times(path, num_threads=1, runs=20, input_shape=None):
     """Per-node batch-1 time of an `.onnx` file in onnxruntime's CPU provider, from its profiler.
 
     The session (sequential, `num_threads` intra-op threads) runs a seeded batch-1 input
@@ -92,9 +112,11 @@ def onnx_op_times(path, num_threads=1, runs=20):
     profiled run, so compare the sum with `onnx_graph_latency_ms`, not with a profiled run.
 
     Args:
-        path: an `.onnx` file; dynamic dimensions are fed as 1.
+        path: an `.onnx` file; a dynamic batch is fed as 1.
         num_threads: int >= 1, onnxruntime's intra-op threads.
         runs: int >= 1, profiled runs counted.
+        input_shape: the input's shape without the batch, e.g. `(224, 224, 3)`; needed only when the
+            file's height or width is dynamic.
 
     Returns:
         A list, one dict per node that ran, in execution order: {"index" (int, the node's index in the
@@ -104,13 +126,14 @@ def onnx_op_times(path, num_threads=1, runs=20):
         thread)}.
 
     Raises:
-        ValueError: `path` is not an existing file, or `num_threads` / `runs` is not a positive int.
+        ValueError: `path` is not an existing file, `num_threads` / `runs` is not a positive int, or
+            `input_shape` is missing for a file of dynamic height and width, or does not fit it.
         RuntimeError: onnxruntime cannot load the file, or its profile has no node events.
     """
     path = check_arguments(path, num_threads, runs, kind=".onnx")
     with tempfile.TemporaryDirectory(prefix="keras_vit_onnx_profile_") as folder:
         session = _session(path, num_threads, os.path.join(folder, "profile"))
-        feed = _batch1_feed(session)
+        feed = _batch1_feed(session, input_shape)
         for _ in range(WARMUP_RUNS + runs):
             session.run(None, feed)
         with open(session.end_profiling()) as f:

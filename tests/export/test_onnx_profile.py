@@ -88,3 +88,40 @@ def test_op_time_cli_names_an_onnx_file_onnxruntime_cannot_load(tmp_path, capsys
         op_time.main([str(junk)])
     assert e.value.code == 2
     assert f"onnxruntime cannot load {junk}" in capsys.readouterr().err
+
+
+def dynamic_size_onnx(path):
+    """An ONNX graph of dynamic batch, height and width (as a keras_vit model of any resolution exports):
+    images (N, H, W, 3) -> ReduceMean over H and W -> (N, 3)."""
+    from onnx import TensorProto, helper
+
+    images = helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", "H", "W", 3])
+    out = helper.make_tensor_value_info("mean", TensorProto.FLOAT, ["N", 3])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [2], [1, 2])
+    node = helper.make_node("ReduceMean", ["images", "axes"], ["mean"], keepdims=0)
+    graph = helper.make_graph([node], "dynamic_size", [images], [out], initializer=[axes])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path
+
+
+def test_a_file_of_dynamic_height_and_width_needs_input_shape(tmp_path, capsys):
+    from benchmarks import op_time
+
+    path = dynamic_size_onnx(str(tmp_path / "dynamic.onnx"))
+    with pytest.raises(ValueError, match=r"`input_shape` must be given .* Received: input_shape=None"):
+        onnx_op_times(path)
+    for bad in ((16, 16), (16, 16, 4), (16, 0, 3), "16,16,3"):
+        with pytest.raises(ValueError, match="`input_shape` must "):
+            onnx_graph_latency_ms(path, input_shape=bad)
+    (node,) = onnx_op_times(path, runs=2, input_shape=(16, 12, 3))
+    assert node["op"] == "ReduceMean" and node["ms"] >= 0
+    assert onnx_graph_latency_ms(path, runs=2, input_shape=(16, 12, 3)) > 0
+    # the CLI: refused up front without --input-shape, measured with it
+    for argv in ([path], [path, "--input-shape", "16,x,3"]):
+        with pytest.raises(SystemExit) as e:
+            op_time.main(argv)
+        assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "`input_shape` must be given" in err and "--input-shape must be comma-separated ints" in err
+    assert op_time.main([path, "--input-shape", "16,12,3", "--rounds", "1", "--runs", "1"]) == 0
+    assert "| dynamic.onnx |" in capsys.readouterr().out
