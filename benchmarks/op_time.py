@@ -113,7 +113,8 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=20, help="timed calls per op and per round (default 20)")
     parser.add_argument("--top", type=int, default=5, help="op types listed per file (default 5)")
     parser.add_argument("--input-shape", default=None, metavar="H,W,C",
-                        help="input shape without the batch, for an .onnx file of dynamic height and width")
+                        help="input shape without the batch, for .onnx files of dynamic height and width "
+                             "(.tflite files have a static shape: ignored for them)")
     args = parser.parse_args(argv)
     input_shape = None
     if args.input_shape is not None:
@@ -128,7 +129,8 @@ def main(argv=None):
     paths = []
     for p in args.paths:
         if os.path.isdir(p):
-            paths += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith((".tflite", ".onnx")))
+            paths += sorted(os.path.join(p, f) for f in os.listdir(p)
+                            if f.endswith((".tflite", ".onnx")) and os.path.isfile(os.path.join(p, f)))
         elif os.path.isfile(p) and p.endswith((".tflite", ".onnx")):
             paths.append(p)
         else:
@@ -139,21 +141,25 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from ai_edge_litert.interpreter import Interpreter
 
-    from export.onnx_profile import _batch1_feed, _session
+    from export.onnx_profile import _batch1_feed, _run, _session
 
-    for path in paths:  # a file the runtime cannot load or feed is named up front, not after minutes of timing
+    for path in paths:  # a file the runtime cannot load, feed or run is named up front, not after minutes of timing
         try:
-            _session(path, 1) if path.endswith(".onnx") else Interpreter(model_path=path)
-        except (RuntimeError, ValueError) as e:
-            parser.exit(2, f"{parser.prog}: error: {'onnxruntime' if path.endswith('.onnx') else 'LiteRT'} cannot "
-                           f"load {path}: {e}\n")
-        if path.endswith(".onnx"):
-            try:
-                _batch1_feed(_session(path, 1), input_shape)
-            except ValueError as e:
-                parser.exit(2, f"{parser.prog}: error: {path}: {e}\n")
-    results = measure(paths, args.rounds, args.runs, progress=lambda text: print(text, flush=True),
-                      input_shape=input_shape)
+            if path.endswith(".onnx"):
+                session = _session(path, 1)
+                _run(session, _batch1_feed(session, input_shape), path)
+            else:
+                Interpreter(model_path=path)
+        except ValueError as e:
+            prefix = "" if path.endswith(".onnx") else f"LiteRT cannot load {path}: "
+            parser.exit(2, f"{parser.prog}: error: {prefix}{e}\n")
+        except RuntimeError as e:  # export.onnx_profile's messages start with the path
+            parser.exit(2, f"{parser.prog}: error: {e}\n")
+    try:
+        results = measure(paths, args.rounds, args.runs, progress=lambda text: print(text, flush=True),
+                          input_shape=input_shape)
+    except RuntimeError as e:  # e.g. a graph without nodes, or an op that cannot run alone
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
     print()
     print(markdown(results, args.top))
     return 0

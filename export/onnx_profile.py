@@ -20,12 +20,16 @@ import numpy as np
 from export.profile import check_arguments
 
 WARMUP_RUNS = 3
+MAX_THREADS = 1024
+MAX_INPUT_BYTES = 1 << 30  # a batch-1 input larger than 1 GiB is a mistyped input_shape, not an image
 
 
 def _session(path, num_threads, profile_prefix=None):
     """A sequential CPU session with `num_threads` intra-op threads (as `benchmarks.edge` times ONNX files)."""
     import onnxruntime
 
+    if num_threads > MAX_THREADS:
+        raise ValueError(f"`num_threads` must be at most {MAX_THREADS}. Received: num_threads={num_threads}")
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = num_threads
     options.inter_op_num_threads = 1
@@ -37,13 +41,28 @@ def _session(path, num_threads, profile_prefix=None):
     try:
         return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own exception types (InvalidGraph, Fail, ...)
-        raise RuntimeError(f"{path}: onnxruntime cannot load the file: {e}") from None
+        raise RuntimeError(f"{path}: onnxruntime cannot load the file: {_first_line(e)}") from None
+
+
+def _first_line(error):
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+
+
+def _run(session, feed, path):
+    """One `session.run`; onnxruntime's own errors (a shape the graph cannot take, ...) as a RuntimeError."""
+    try:
+        return session.run(None, feed)
+    except Exception as e:  # onnxruntime's InvalidArgument, Fail, RuntimeException, ...
+        shapes = {name: list(value.shape) for name, value in feed.items()}
+        raise RuntimeError(f"{path}: onnxruntime cannot run the file on inputs of shape {shapes}: "
+                           f"{_first_line(e)}") from None
 
 
 def _batch1_feed(session, input_shape=None):
-    """`{input name: seeded batch-1 value}`: floats in [-1, 1], integers over their dtype's range.
+    """`{input name: seeded batch-1 value}`: floats in [-1, 1], 8- and 16-bit integers over their range, wider
+    ones in [0, 255].
 
-    A dynamic batch is fed as 1; other dynamic dimensions (a model of any resolution) come from
+    A dynamic batch is fed as 1 (a fixed batch as it is); other dynamic dimensions (a model of any resolution) come from
     `input_shape`, the input's shape without the batch, e.g. `(224, 224, 3)`.
     """
     if input_shape is not None and (not isinstance(input_shape, (tuple, list)) or not all(
@@ -61,12 +80,25 @@ def _batch1_feed(session, input_shape=None):
                 isinstance(d, int) and d != given for d, given in zip(detail.shape[1:], input_shape))):
             raise ValueError(f"`input_shape` must fit the input {detail.name!r} {detail.shape} without its batch. "
                              f"Received: input_shape={tuple(input_shape)}")
-        shape = [1, *(detail.shape[1:] if input_shape is None else input_shape)]
+        batch = detail.shape[0] if detail.shape and isinstance(detail.shape[0], int) else 1  # a fixed batch as is
+        shape = [batch, *(detail.shape[1:] if input_shape is None else input_shape)]
         name = detail.type[len("tensor("):-1]
-        dtype = np.dtype({"float": "float32", "double": "float64"}.get(name, name))
-        if np.issubdtype(dtype, np.integer):
+        try:
+            dtype = np.dtype({"float": "float32", "double": "float64"}.get(name, name))
+        except TypeError:
+            dtype = np.dtype("O")
+        if not (np.issubdtype(dtype, np.number) or dtype == np.bool_):
+            raise ValueError(f"the input {detail.name!r} is of type {detail.type}: only numeric and bool inputs can "
+                             "be fed (an image model's input is float or int)")
+        if int(np.prod(shape)) * dtype.itemsize > MAX_INPUT_BYTES:
+            raise ValueError(f"the input {detail.name!r} of shape {shape} would take over 1 GiB: "
+                             f"`input_shape` is probably mistyped. Received: input_shape={input_shape}")
+        if dtype == np.bool_:
+            feed[detail.name] = rng.integers(0, 2, shape).astype(bool)
+        elif np.issubdtype(dtype, np.integer):  # 8- and 16-bit inputs (quantised pixels) over their range
             info = np.iinfo(dtype)
-            feed[detail.name] = rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+            low, high = (info.min, info.max) if dtype.itemsize <= 2 else (0, 255)
+            feed[detail.name] = rng.integers(low, high, shape, endpoint=True).astype(dtype)
         else:
             feed[detail.name] = rng.uniform(-1, 1, shape).astype(dtype)
     return feed
@@ -76,7 +108,7 @@ def onnx_graph_latency_ms(path, num_threads=1, runs=20, input_shape=None):
     """Median wall time in ms of one batch-1 `InferenceSession.run` (CPU provider, sequential), after two warm-up runs.
 
     Args:
-        path: an `.onnx` file; a dynamic batch is fed as 1.
+        path: an `.onnx` file; a dynamic batch is fed as 1, a fixed one as it is.
         num_threads: int >= 1, onnxruntime's intra-op threads.
         runs: int >= 1, timed runs.
         input_shape: the input's shape without the batch, e.g. `(224, 224, 3)`; needed only when the
@@ -86,14 +118,16 @@ def onnx_graph_latency_ms(path, num_threads=1, runs=20, input_shape=None):
         float, milliseconds (wall clock: depends on the machine and its load).
 
     Raises:
-        ValueError: `path` is not an existing file, `num_threads` / `runs` is not a positive int, or
-            `input_shape` is missing for a file of dynamic height and width, or does not fit it.
-        RuntimeError: onnxruntime cannot load the file.
+        ValueError: `path` is not an existing file, `num_threads` / `runs` is not a positive int (or
+            `num_threads` exceeds `MAX_THREADS`), `input_shape` is missing for a file of dynamic height
+            and width, or does not fit it, or an input is not numeric.
+        RuntimeError: onnxruntime cannot load the file, or cannot run it on the inputs fed.
     """
     path = check_arguments(path, num_threads, runs, kind=".onnx")
     session = _session(path, num_threads)
     feed = _batch1_feed(session, input_shape)
     times = []
+    _run(session, feed, path)  # a shape the graph cannot take fails here, named, before any timing
     for i in range(runs + 2):
         start = time.perf_counter()
         session.run(None, feed)
@@ -112,7 +146,7 @@ def onnx_op_times(path, num_threads=1, runs=20, input_shape=None):
     profiled run, so compare the sum with `onnx_graph_latency_ms`, not with a profiled run.
 
     Args:
-        path: an `.onnx` file; a dynamic batch is fed as 1.
+        path: an `.onnx` file; a dynamic batch is fed as 1, a fixed one as it is.
         num_threads: int >= 1, onnxruntime's intra-op threads.
         runs: int >= 1, profiled runs counted.
         input_shape: the input's shape without the batch, e.g. `(224, 224, 3)`; needed only when the
@@ -126,16 +160,18 @@ def onnx_op_times(path, num_threads=1, runs=20, input_shape=None):
         thread)}.
 
     Raises:
-        ValueError: `path` is not an existing file, `num_threads` / `runs` is not a positive int, or
-            `input_shape` is missing for a file of dynamic height and width, or does not fit it.
-        RuntimeError: onnxruntime cannot load the file, or its profile has no node events.
+        ValueError: `path` is not an existing file, `num_threads` / `runs` is not a positive int (or
+            `num_threads` exceeds `MAX_THREADS`), `input_shape` is missing for a file of dynamic height
+            and width, or does not fit it, or an input is not numeric.
+        RuntimeError: onnxruntime cannot load the file or run it on the inputs fed, or its profile has
+            no node events (a graph without nodes).
     """
     path = check_arguments(path, num_threads, runs, kind=".onnx")
     with tempfile.TemporaryDirectory(prefix="keras_vit_onnx_profile_") as folder:
         session = _session(path, num_threads, os.path.join(folder, "profile"))
         feed = _batch1_feed(session, input_shape)
         for _ in range(WARMUP_RUNS + runs):
-            session.run(None, feed)
+            _run(session, feed, path)
         with open(session.end_profiling()) as f:
             events = json.load(f)
     nodes, runs_so_far = {}, {}

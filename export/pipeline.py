@@ -91,8 +91,12 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
         calibration, held_out = data.digits("train", shuffle=False, **common), data.digits("validation", **common)
     elif os.path.isdir(str(source)):
         split = {"validation_split": 0.2, "seed": 0, "directory": source}
-        calibration = data.from_directory(subset="training", shuffle=False, **split, **common)
-        held_out = data.from_directory(subset="validation", **split, **common)
+        try:
+            calibration = data.from_directory(subset="training", shuffle=False, **split, **common)
+            held_out = data.from_directory(subset="validation", **split, **common)
+        except ValueError as e:  # e.g. too few images for both halves: say why the folder is split at all
+            raise ValueError(f"calibration_data={str(source)!r} (--calibration-data): an image folder is split "
+                             f"80/20 into calibration and verification images, and this one cannot be: {e}") from None
     elif isinstance(source, str) and _is_tfds_name(source):
         calibration = data.from_tfds(source, split="train", **common)
         held_out = data.from_tfds(source, split="test", **common)

@@ -88,8 +88,9 @@ def representative_samples(data, shape, include_preprocessing=False, max_samples
         shape: (height, width, channels) of the model input.
 
     Raises:
-        ValueError: no images, images of another shape, or dataset elements
-            of another layout (the message names the keys expected).
+        ValueError: no images, images of another shape, values that are not
+            numbers or not finite (NaN, Inf), or dataset elements of another
+            layout (the message names the keys expected).
     """
     import tensorflow as tf
 
@@ -102,8 +103,7 @@ def representative_samples(data, shape, include_preprocessing=False, max_samples
     if isinstance(data, tf.data.Dataset):
         chunks, count = [], 0
         for element in data:
-            images = _images_of(element)
-            images = np.asarray(images, dtype="float32")
+            images = _as_float_images(_images_of(element))
             if images.ndim == len(shape):
                 images = images[None]
             chunks.append(images)
@@ -112,18 +112,30 @@ def representative_samples(data, shape, include_preprocessing=False, max_samples
                 break
         samples = np.concatenate(chunks) if chunks else np.zeros((0, *shape), "float32")
     else:
-        samples = np.asarray(data, dtype="float32")
+        samples = _as_float_images(data)
         if samples.ndim == len(shape):
             samples = samples[None]
     samples = samples[:max_samples]
     if len(samples) == 0:
         raise ValueError("the representative (calibration) data set is empty; int8 calibration needs images")
+    if not np.isfinite(samples).all():  # LiteRT aborts the process on a NaN range (int16x8), with no message
+        raise ValueError(f"`representative_data` must hold finite pixel values. Received: "
+                         f"{int((~np.isfinite(samples)).sum())} NaN or Inf values in {len(samples)} images")
     if samples.shape[1:] != tuple(shape):
         raise ValueError(
             f"calibration images must have shape (n, {', '.join(map(str, shape))}). "
             f"Received: images of shape {samples.shape}"
         )
     return samples
+
+
+def _as_float_images(images):
+    """`images` as a float32 array; a ValueError naming `representative_data` for what is not numeric."""
+    try:
+        return np.asarray(images, dtype="float32")
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"`representative_data` must be numeric images (n, height, width, channels). "
+                         f"Received: {type(images).__name__} that NumPy cannot turn into float32: {e}") from None
 
 
 def _images_of(element):

@@ -112,6 +112,8 @@ def _plain_keras_file(tmp_path):
         (lambda m, t: [m, "--calibration-data", "photos_typo"], "'photos_typo' is neither an existing folder nor a data set TFDS knows"),
         (lambda m, t: [_text_file(t, "text.keras")], "is not a Keras .keras model file"),
         (lambda m, t: [m, "--calibration-data", str(t / "junk_images")], "the calibration data could not be read"),
+        (lambda m, t: [m, "--calibration-data", str(t / "one_image")],
+         "an image folder is split 80/20 into calibration and verification images, and this one cannot be"),
     ],
 )
 def test_bad_input_exits_2_with_message_and_writes_nothing(trained_vit, tmp_path, capsys, make_args, message):
@@ -119,6 +121,8 @@ def test_bad_input_exits_2_with_message_and_writes_nothing(trained_vit, tmp_path
     (tmp_path / "junk_images" / "a").mkdir(parents=True)
     for i in range(5):
         (tmp_path / "junk_images" / "a" / f"{i}.jpg").write_bytes(b"not a jpeg")
+    (tmp_path / "one_image" / "a").mkdir(parents=True)
+    keras.utils.save_img(str(tmp_path / "one_image" / "a" / "0.png"), np.zeros((8, 8, 3), "uint8"))
     out = tmp_path / "export"
     with pytest.raises(SystemExit) as exit_info:
         cli.main([*make_args(trained_vit[1], tmp_path), "--output-dir", str(out), "--no-latency"])

@@ -87,7 +87,7 @@ def test_op_time_cli_names_an_onnx_file_onnxruntime_cannot_load(tmp_path, capsys
     with pytest.raises(SystemExit) as e:
         op_time.main([str(junk)])
     assert e.value.code == 2
-    assert f"onnxruntime cannot load {junk}" in capsys.readouterr().err
+    assert f"{junk}: onnxruntime cannot load the file" in capsys.readouterr().err
 
 
 def dynamic_size_onnx(path):
@@ -125,3 +125,58 @@ def test_a_file_of_dynamic_height_and_width_needs_input_shape(tmp_path, capsys):
     assert "`input_shape` must be given" in err and "--input-shape must be comma-separated ints" in err
     assert op_time.main([path, "--input-shape", "16,12,3", "--rounds", "1", "--runs", "1"]) == 0
     assert "| dynamic.onnx |" in capsys.readouterr().out
+
+
+def small_onnx(path, inputs, nodes, outputs, initializers=()):
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path
+
+
+def test_odd_files_are_fed_or_refused_by_name(tmp_path, capsys):
+    from onnx import TensorProto, helper
+
+    from benchmarks import op_time
+
+    value = lambda name, kind, shape: helper.make_tensor_value_info(name, kind, shape)  # noqa: E731
+    # a fixed batch of 2 is fed as it is
+    fixed = small_onnx(str(tmp_path / "fixed.onnx"), [value("x", TensorProto.FLOAT, [2, 4])],
+                       [helper.make_node("Relu", ["x"], ["y"])], [value("y", TensorProto.FLOAT, [2, 4])])
+    assert [o["op"] for o in onnx_op_times(fixed, runs=1)] == ["Relu"]
+    # a string input cannot be fed
+    text = small_onnx(str(tmp_path / "text.onnx"), [value("s", TensorProto.STRING, [1])],
+                      [helper.make_node("Identity", ["s"], ["t"])], [value("t", TensorProto.STRING, [1])])
+    with pytest.raises(ValueError, match=r"the input 's' is of type tensor\(string\)"):
+        onnx_graph_latency_ms(text)
+    # a shape the graph cannot take fails as a RuntimeError naming the file and the shape fed
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [1, 12])
+    reshape = small_onnx(str(tmp_path / "reshape.onnx"), [value("x", TensorProto.FLOAT, ["N", "H", "W", 3])],
+                         [helper.make_node("Reshape", ["x", "shape"], ["y"])], [value("y", TensorProto.FLOAT, [1, 12])],
+                         [shape])
+    with pytest.raises(RuntimeError, match=r"reshape.onnx: onnxruntime cannot run the file on inputs of shape"):
+        onnx_op_times(reshape, input_shape=(5, 5, 3))
+    with pytest.raises(ValueError, match="would take over 1 GiB"):
+        onnx_op_times(reshape, input_shape=(100000, 100000, 3))
+    with pytest.raises(ValueError, match="`num_threads` must be at most 1024"):
+        onnx_op_times(fixed, num_threads=10**12)
+    # a graph without nodes
+    empty = small_onnx(str(tmp_path / "empty.onnx"), [value("x", TensorProto.FLOAT, [1, 4])], [],
+                       [value("x", TensorProto.FLOAT, [1, 4])])
+    with pytest.raises(RuntimeError, match="no node events"):
+        onnx_op_times(empty, runs=1)
+    # the CLI: each refused with exit 2 and one line
+    for argv in ([text], [reshape, "--input-shape", "5,5,3"], [empty, "--runs", "1", "--rounds", "1"]):
+        with pytest.raises(SystemExit) as e:
+            op_time.main(argv)
+        assert e.value.code == 2, argv
+    err = capsys.readouterr().err
+    assert "tensor(string)" in err and "cannot run the file" in err and "no node events" in err
+    assert "Traceback" not in err
+    folder = tmp_path / "only_fixed"
+    (folder / "sub.onnx").mkdir(parents=True)  # a folder named like a file is not taken for one
+    (folder / "fixed.onnx").write_bytes(open(fixed, "rb").read())
+    assert op_time.main([str(folder), "--rounds", "1", "--runs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| fixed.onnx |" in out and "sub.onnx" not in out

@@ -129,6 +129,13 @@ def test_representative_data_from_image_folder(tmp_path):
         ({"quantization": "int8", "representative_data": tf.data.Dataset.from_tensor_slices(np.zeros((0, 16, 16, 3), "float32"))}, ValueError, r"data set is empty"),
         ({"quantization": "int8", "representative_data": np.zeros((2, 8, 8, 3))}, ValueError, r"calibration images must have shape \(n, 16, 16, 3\)"),
         ({"quantization": "float16", "io_type": "uint8"}, ValueError, r"io_type='uint8' needs quantization='int8'"),
+        # LiteRT aborted the whole process on a NaN calibration range (int16x8), leaving a temporary file behind
+        ({"quantization": "int16x8", "representative_data": np.full((2, 16, 16, 3), np.nan, "float32")}, ValueError,
+         r"`representative_data` must hold finite pixel values. Received: 1536 NaN or Inf values in 2 images"),
+        ({"quantization": "int8", "representative_data": np.where(np.arange(16 * 16 * 3).reshape(1, 16, 16, 3) == 7,
+                                                                   np.inf, 0.0)}, ValueError, r"1 NaN or Inf values in 1 images"),
+        ({"quantization": "int8", "representative_data": ["a", "b"]}, ValueError,
+         r"`representative_data` must be numeric images \(n, height, width, channels\). Received: list"),
     ],
 )
 def test_bad_input_refused_up_front(trained_vit, tmp_path, kwargs, error, message):
