@@ -58,7 +58,9 @@ def test_failures_against_each_tolerance():
     assert failures({"relative_max_abs_diff": 1e-6}, "float32") == []
     assert failures({"decisive_top1_agreement": 0.985}, "float16") == ["decisive_top1_agreement = 0.985 (needs >= 0.99)"]
     assert failures({"decisive_top1_agreement": 0.99, "accuracy_drop": 0.03}, "int8") == ["accuracy_drop = 0.03 (needs <= 0.02)"]
-    assert failures({"decisive_top1_agreement": 0.96, "accuracy_drop": 0.01}, "int16x8") == []
+    assert failures({"decisive_top1_agreement": 0.97, "accuracy_drop": 0.01}, "int16x8") == []
+    assert failures({"decisive_top1_agreement": 0.96, "accuracy_drop": 0.01}, "int16x8") == [
+        "decisive_top1_agreement = 0.96 (needs >= 0.97)"]  # int8's bar since the min/max calibration
     assert failures({"decisive_top1_agreement": 0.94, "accuracy_drop": 0.031}, "weight_only_int4") == [
         "decisive_top1_agreement = 0.94 (needs >= 0.95)", "accuracy_drop = 0.031 (needs <= 0.03)"]
     from export.tflite import QUANTIZATIONS
