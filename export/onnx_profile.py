@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from export.profile import check_arguments
+from export.verify import _first_line as verify_first_line
 
 WARMUP_RUNS = 3
 MAX_THREADS = 1024
@@ -45,7 +46,7 @@ def _session(path, num_threads, profile_prefix=None):
 
 
 def _first_line(error):
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    return verify_first_line(error) or type(error).__name__
 
 
 def _run(session, feed, path):
