@@ -63,12 +63,16 @@ _DOC = """Builds {title} (hidden_size {hidden}, {layers} layers, {heads} heads, 
         classifier_activation: head activation, default "softmax"; None for
             logits.
         name: model name, default "{default_name}".
-        **kwargs: other `VisionTransformer` options: representation_size,
+        include_preprocessing: bool, default False: True scales raw pixels
+            in [0, 255] inside the model (a first `Rescaling` layer, x /
+            127.5 - 1), as `keras.applications`' EfficientNetV2 does.
+        **kwargs: other `VisionTransformer` options: class_names, representation_size,
             classifier, class_token, dropout_rate, attention_dropout_rate,
             stochastic_depth_rate, layer_norm_epsilon, approximate_gelu.
 
     Input: `(batch, height, width, channels)` float32 images in [-1, 1]
-    (see `keras_vit.preprocess_input`).
+    (see `keras_vit.preprocess_input`), or raw pixels in [0, 255] with
+    `include_preprocessing=True`.
 
     Output: `(batch, classes)` float32 with the head; otherwise
     `(batch, seq_len, {hidden})` or `(batch, {hidden})` with `pooling`.
@@ -110,6 +114,7 @@ def _make_builder(builder_name, size, patch_size, resnet_num_layers=None):
         classes=1000,
         classifier_activation="softmax",
         name=default_name,
+        include_preprocessing=False,
         **kwargs,
     ):
         fixed = sorted(set(kwargs) & set(_TABLE_ARGS))
@@ -132,6 +137,7 @@ def _make_builder(builder_name, size, patch_size, resnet_num_layers=None):
             classes=classes,
             classifier_activation=classifier_activation,
             name=name,
+            include_preprocessing=include_preprocessing,
             **hybrid,
             **kwargs,
         )

@@ -14,7 +14,9 @@ from keras_vit._validation import (
     check_rate,
     is_int,
 )
-from keras_vit.layers import ImageSizeCheck, LayerNormalization, Patches, PatchEncoder, SequencePooling, TransformerBlock
+from keras_vit.layers import (ClassifierHead, ImageSizeCheck, LayerNormalization, Patches, PatchEncoder, SequencePooling,
+                              TransformerBlock)
+from keras_vit.layers.classifier_head import check_class_names
 from keras_vit.layers.position_embedding import INTERPOLATIONS, POSITION_EMBEDDINGS
 from keras_vit.models.resnet import output_stride as resnet_output_stride
 from keras_vit.models.resnet import resnet_features
@@ -52,6 +54,8 @@ def VisionTransformer(
     position_embedding="learned",
     position_embedding_grid=None,
     position_embedding_interpolation="bilinear",
+    include_preprocessing=False,
+    class_names=None,
 ):
     """Builds a Vision Transformer as a functional `keras.Model`.
 
@@ -64,12 +68,14 @@ def VisionTransformer(
         predictions
 
     The head `predictions` is a zero-initialised Dense layer (paper Sec. 3.2,
-    fine-tuning); `pre_logits` is Dense + tanh of width `representation_size`
+    fine-tuning; `keras_vit.layers.ClassifierHead`, which also keeps the
+    class names); `pre_logits` is Dense + tanh of width `representation_size`
     (the pre-training head of the reference code). Stochastic depth grows
     linearly from 0 at the first block to `stochastic_depth_rate` at the last
     (the rule of DeiT and timm). Layer names are a contract for weight
     conversion and export: `patches`, `patch_encoder`, `transformer_block_{i}`,
-    `encoder_norm`, `pooling`, `pre_logits`, `predictions`.
+    `encoder_norm`, `pooling`, `pre_logits`, `predictions`; with
+    `include_preprocessing`, `rescaling` comes first.
 
     Args:
         patch_size: int >= 1, patch side P in pixels; must divide the image
@@ -140,11 +146,25 @@ def VisionTransformer(
             reference rule) or "bicubic": how the learned tables are
             resampled to an input grid other than theirs (the rules of
             `keras_vit.weights.resample_position_embedding`).
+        include_preprocessing: bool, default False. True puts the scaling
+            of `keras_vit.preprocess_input`, x / 127.5 - 1, inside the model
+            as its first layer (`keras.layers.Rescaling(1 / 127.5,
+            offset=-1)`, named `rescaling`), so the model takes raw pixels in
+            [0, 255], as `keras.applications`' EfficientNetV2 and ConvNeXt
+            do; `keras-vit-export` reads that from the layer. False (the
+            default, and the published checkpoints' convention): the model
+            takes images already scaled to [-1, 1].
+        class_names: None (default) or a list of `classes` distinct class
+            names (str), output `i` named `class_names[i]`; kept by the head
+            (`keras_vit.layers.ClassifierHead`) in the model's config, so
+            they travel inside its `.keras` file to `keras-vit-export`.
+            Needs `include_top=True`.
 
     Input:
         `(batch, height, width, channels)` images, float32 (integer data is
-        cast), scaled to [-1, 1] by `keras_vit.preprocess_input`, which is
-        what the published ViT checkpoints expect.
+        cast): scaled to [-1, 1] by `keras_vit.preprocess_input` (what the
+        published ViT checkpoints expect), or raw pixels in [0, 255] with
+        `include_preprocessing=True`.
 
     Output:
         `include_top=True`: `(batch, classes)` float32 (probabilities with
@@ -166,7 +186,8 @@ def VisionTransformer(
             token, `input_tensor` and `input_shape` disagreeing, dropout rates
             outside [0, 1), an unknown weights value, or weights that do not
             load into this configuration (`keras_vit.weights.CheckpointError`,
-            a ValueError naming the key and both shapes).
+            a ValueError naming the key and both shapes); `class_names`
+            that are not `classes` distinct strings, or given without a head.
 
     Example:
 
@@ -212,6 +233,11 @@ def VisionTransformer(
         check_rate(arg, value)
     check_bool("include_top", include_top)
     check_bool("approximate_gelu", approximate_gelu)
+    check_bool("include_preprocessing", include_preprocessing)
+    if class_names is not None and not include_top:
+        raise ValueError("`class_names` names the head's classes and needs include_top=True. "
+                         f"Received: class_names={class_names!r}, include_top=False")
+    class_names = check_class_names(class_names, classes)
     weights_kind = _check_weights(weights)
     stride = 1
     if resnet_num_layers is None and resnet_width_factor != 1:
@@ -243,6 +269,8 @@ def VisionTransformer(
     x = image_input
     if dynamic:
         x = ImageSizeCheck(patch_size, stride, name="image_size_check")(x)
+    if include_preprocessing:  # keras_vit.preprocess_input's x / 127.5 - 1: the model takes [0, 255]
+        x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="rescaling")(x)
     if resnet_num_layers is not None:
         x = resnet_features(x, resnet_num_layers, resnet_width_factor)
     x = Patches(patch_size, flatten=not dynamic, name="patches")(x)
@@ -274,8 +302,9 @@ def VisionTransformer(
         x = SequencePooling(mode, class_token=class_token, name="pooling")(x)
         if representation_size is not None:
             x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
-        x = keras.layers.Dense(
+        x = ClassifierHead(
             classes,
+            class_names=class_names,
             kernel_initializer="zeros",
             activation=classifier_activation,
             dtype="float32",
