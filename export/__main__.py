@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from export.input_range import RANGES
 from export.onnx_quantization import ONNX_QUANTIZATIONS
 from export.pipeline import FORMATS
 from export.tflite import DEFAULT_QUANTIZATIONS, QUANTIZATIONS
@@ -35,7 +36,12 @@ def build_parser():
                    help="calibration images for int8 and held-out images for verification (default: a seeded random batch)")
     p.add_argument("--labels", default=None, metavar="FILE", help="class names, one per line (default: the data set's)")
     p.add_argument("--output-dir", required=True)
-    p.add_argument("--include-preprocessing", action="store_true", help="artifacts take raw pixels in [0, 255]")
+    p.add_argument("--include-preprocessing", action="store_true",
+                   help="artifacts take raw pixels in [0, 255] (input 'pixels', file names ending in _pixels) and "
+                        "scale them inside the graph")
+    p.add_argument("--input-range", default=None, choices=list(RANGES), metavar="|".join(RANGES),
+                   help="the pixel range the model takes (default: read from its first layers: keras_vit's "
+                        "include_preprocessing or preprocess_input, Rescaling, Normalization; else -1,1)")
     p.add_argument("--int8-io-type", choices=["float32", "int8", "uint8"], default="float32")
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     p.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
@@ -73,6 +79,7 @@ def _main(argv):
     parser = build_parser()
     args = parser.parse_args(argv)
     _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
+    from export.contract import format_contracts
     from export.pipeline import export_all, format_table, parse_list
     from export.signature import load_vit, parse_image_size
     from export.verify import VerificationError
@@ -101,6 +108,7 @@ def _main(argv):
             mediapipe=not args.no_mediapipe,
             onnx_quantization=args.onnx_quantization,
             image_size=args.image_size,
+            input_range=args.input_range,
         )
     except (ValueError, FileExistsError) as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")
@@ -117,6 +125,8 @@ def _main(argv):
         first = str(e).strip().splitlines()[0][:300]
         parser.exit(2, f"{parser.prog}: error: the calibration data could not be read: {first}\n")
     print(format_table(report))
+    print("\nWhat an app feeds each file and gets back (also in report.json, \"contract\"):")
+    print(format_contracts(report))
     if args.profile:
         from export.profile import format_profile
 

@@ -116,7 +116,7 @@ def quantize(float_content, quantization, samples=None, name="model", num_thread
     Args:
         float_content: bytes of a float32 `.tflite` file with one signature
             (TensorFlow's converter output for a `ServingGraph`: signature
-            "serving_default", input "images" `(batch, h, w, c)` float32).
+            "serving_default", input "images" or "pixels" `(batch, h, w, c)` float32).
         quantization: one of `LITERT_QUANTIZATIONS`.
         samples: float32 calibration images `(n, h, w, c)` in the file's
             input scale; needed for "int16x8" (one calibration step each),

@@ -17,6 +17,33 @@ NORM_STD = 127.5
 LABEL_FILE = "labels.txt"
 
 
+def normalization(input_range):
+    """`(mean, std)` for the metadata's normalization options: (p - mean) / std maps pixels p in [0, 255] to
+    `input_range` (`(lo, hi)`): 127.5, 127.5 for [-1, 1]; 0, 255 for [0, 1]; 0, 1 for [0, 255] (nothing to do)."""
+    lo, hi = (float(v) for v in input_range)
+    std = 255.0 / (hi - lo)
+    return -lo * std, std
+
+
+def app_preprocessing(input_range, dtype="float32"):
+    """What an app does to RGB pixels p in [0, 255] before it feeds a file, in words (metadata, report, README).
+
+    Args:
+        input_range: `(lo, hi)`, the range the file's float input takes.
+        dtype: the input tensor's dtype: "float32", "uint8" or "int8".
+    """
+    if dtype == "uint8":
+        return "feed the uint8 RGB pixels as they are (the file's input quantisation holds the scaling)"
+    if dtype == "int8":
+        return "feed p - 128 as int8 (the file's input quantisation holds the rest of the scaling)"
+    mean, std = normalization(input_range)
+    if (mean, std) == (0.0, 1.0):
+        return "feed the RGB pixels as float32 as they are, in [0, 255] (the scaling is inside the file)"
+    if mean == 0.0:
+        return f"feed p / {std:g} as float32, in [{input_range[0]:g}, {input_range[1]:g}]"
+    return f"feed (p - {mean:g}) / {std:g} as float32, in [{input_range[0]:g}, {input_range[1]:g}]"
+
+
 def _modules():
     import tensorflow  # noqa: F401  (must come first, docs/traps.md)
     from tensorflow_lite_support.metadata import metadata_schema_py_generated as schema
@@ -34,26 +61,33 @@ SCORE_DESCRIPTIONS = {
 }
 
 
-def write_metadata(content, labels, include_preprocessing=False, scores=None, default_size=None):
+def write_metadata(content, labels, include_preprocessing=False, scores=None, default_size=None, input_range=None):
     """Returns `content` (a .tflite flatbuffer) with image-classifier metadata.
 
     Built with tflite-support's `image_classifier.MetadataWriter` from its
     metadata-info classes, as `create_for_inference` does, plus the input
-    size: input normalization mean 127.5, std 127.5 (the `preprocess_input`
-    scaling; mean 0, std 1 when the scaling is inside the graph), RGB colour
-    space, `ImageProperties.default_size` = the model's width and height,
-    and `labels.txt` packed into the file as the output's label file.
+    size: input normalization options that map pixels in [0, 255] to the
+    range the file's input takes (`normalization`: mean 127.5, std 127.5 for
+    [-1, 1], the `preprocess_input` scaling; mean 0, std 1 when the file
+    takes raw pixels), RGB colour space, `ImageProperties.default_size` =
+    the model's width and height, and `labels.txt` packed into the file as
+    the output's label file. The input's description says what the app
+    feeds (`app_preprocessing`): for a uint8 or int8 input, the pixels as
+    they are (MediaPipe applies no normalization to them).
 
     Args:
         content: bytes of a .tflite model with one (1, height, width, 3)
             image input and one (1, classes) output.
         labels: list of class names, one per model output.
-        include_preprocessing: bool, whether the graph scales raw pixels.
+        include_preprocessing: bool, whether the graph scales raw pixels
+            (the same as `input_range=(0, 255)`).
         scores: what the output holds, recorded as its description:
             "probabilities", "logits", "outputs" or None (unstated).
         default_size: None, or (height, width) in pixels: the
             `default_size` of a file whose input height and width are
             dynamic (its input tensor reads (1, 1, 1, 3) until resized).
+        input_range: None ([0, 255] with `include_preprocessing`, else
+            [-1, 1]) or the `(lo, hi)` range the file's float input takes.
 
     Raises:
         ValueError: `labels` is empty or not a list of strings, or `scores`
@@ -64,8 +98,11 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
     if scores not in SCORE_DESCRIPTIONS:
         raise ValueError(f"`scores` must be one of {list(SCORE_DESCRIPTIONS)}. Received: scores={scores!r}")
     image_classifier, _, metadata_info, writer_utils, schema = _modules()
-    mean, std = (0.0, 1.0) if include_preprocessing else (NORM_MEAN, NORM_STD)
+    if input_range is None:
+        input_range = (0.0, 255.0) if include_preprocessing else (-1.0, 1.0)
+    mean, std = normalization(input_range)
     buffer = bytearray(content)
+    dtype = _dtype_name(writer_utils.get_input_tensor_types(buffer)[0], writer_utils._schema_fb)
     _, height, width, _ = writer_utils.get_input_tensor_shape(buffer, 0)
     size_text = f"{width}x{height} pixels"
     if default_size is not None:
@@ -82,7 +119,7 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
 
     input_md = SizedImageMd(
         name=image_classifier.INPUT_NAME,
-        description=f"RGB image, {size_text}; (x - {mean}) / {std} is applied by the app",
+        description=f"RGB image, {size_text}; the app's pixels p in [0, 255]: {app_preprocessing(input_range, dtype)}",
         norm_mean=[mean],
         norm_std=[std],
         color_space_type=schema.ColorSpaceType.RGB,
@@ -107,12 +144,39 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
         return writer.populate()
 
 
+def _dtype_name(tensor_type, schema_fb):
+    """"float32", "uint8" or "int8" for a TFLite schema tensor type (`schema_fb`: tflite-support's TFLite schema)."""
+    names = {schema_fb.TensorType.UINT8: "uint8", schema_fb.TensorType.INT8: "int8"}
+    return names.get(tensor_type, "float32")
+
+
 def read_metadata(content_or_path):
-    """Reads metadata back with tflite-support's `MetadataDisplayer`.
+    """Reads a `.tflite` file's metadata back with tflite-support's `MetadataDisplayer`.
+
+    What an app reads: the labels, the input's normalization options and
+    description (what to feed), the output's description (probabilities or
+    logits), the default image size.
+
+    Args:
+        content_or_path: the path of a `.tflite` file, or its bytes.
 
     Returns:
-        A dict with `metadata` (the parsed metadata JSON), `labels` (from the
-        packed label file, or None), and `associated_files`.
+        A dict with `metadata` (the parsed metadata JSON, tflite-support's
+        layout: `subgraph_metadata[0]["input_tensor_metadata"][0]` holds the
+        input's `description` and its `process_units` normalization `mean`
+        and `std`, `...["output_tensor_metadata"][0]` the output's),
+        `labels` (from the packed label file, or None), and
+        `associated_files`.
+
+    Raises:
+        ValueError: the file holds no metadata (tflite-support's message).
+
+    Example (`runs/demo/export`, from `make demo`)::
+
+        from export.metadata import read_metadata
+        info = read_metadata("runs/demo/export/model_float32.tflite")
+        info["labels"][:3]   # ['0', '1', '2']
+        info["metadata"]["subgraph_metadata"][0]["input_tensor_metadata"][0]["description"]
     """
     _, metadata, _, _, _ = _modules()
     if isinstance(content_or_path, (str, os.PathLike)):

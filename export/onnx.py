@@ -4,7 +4,8 @@ import weakref
 
 from keras_vit import _files
 from export.onnx_quantization import calibration_samples, check_onnx_quantization, quantize
-from export.signature import INPUT_NAME, OUTPUT_NAME, prepare
+from export.input_range import UNIT, scale
+from export.signature import INPUT_NAME, OUTPUT_NAME, PIXELS_INPUT_NAME, prepare
 from export.verify import Artifact, check_artifact, verification_images
 
 DEFAULT_OPSET = 17
@@ -18,14 +19,15 @@ _CONVERSIONS = weakref.WeakKeyDictionary()
 
 
 def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, overwrite=False, verify=True,
-                verification_data=None, scores=None, quantization="float32", representative_data=None):
+                verification_data=None, scores=None, quantization="float32", representative_data=None, input_range=None):
     """Converts `model` to an ONNX file with a dynamic batch, verified before it lands.
 
     Converted with `tf2onnx.convert.from_function` from the float32 serving
     function (`export.signature.ServingGraph`, the route that works for
     Keras 3 models, docs/traps.md; a model trained under a mixed or
     low-precision dtype policy is exported as its float32 twin). The graph
-    has input `images` float32 `(batch, height, width, channels)` (batch
+    has input `images` (in the range the model takes), or `pixels` (raw, in
+    [0, 255], with `include_preprocessing`), float32 `(batch, height, width, channels)` (batch
     dynamic; height and width too for a model of any resolution, verified at
     two sizes, `ServingGraph.check_shapes`) and output `predictions` float32 `(batch, classes)`. It must
     pass `onnx.checker.check_model(full_check=True)`, hold only standard ONNX
@@ -49,18 +51,22 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
             `export.signature.ServingGraph`.
         path: `.onnx` file to write (temporary name, then moved).
         opset: ONNX opset, default 17.
-        include_preprocessing: bool; True: input raw pixels in [0, 255].
+        include_preprocessing: bool; True: input raw pixels in [0, 255],
+            scaled to the model's range in the graph.
         overwrite: bool, replace an existing `path`.
         verify: bool, default True; False skips the numeric check.
-        verification_data: float32 images `(n, h, w, c)` in [-1, 1];
-            default a seeded batch of noise.
+        verification_data: float32 images `(n, h, w, c)` in the range the
+            Keras model takes; default a seeded batch of noise.
         scores: None (default: "probabilities", or the graph's own when
             `model` is a `ServingGraph`), "probabilities" (a softmax in the
             graph when the head has no activation) or "logits".
         quantization: "float32" (default), "dynamic_int8" or "int8".
         representative_data: calibration images for "int8", scaled as the
-            input expects (forms of `export.tflite.representative_samples`);
+            file's input expects (forms of `export.tflite.representative_samples`);
             without `verification_data`, the "int8" file is verified on them.
+        input_range: None (default: read from the model's first layers,
+            `export.input_range.model_input_range`) or the range the model
+            takes, one of `export.input_range.RANGES` ("-1,1", "0,1", "0,255").
 
     Returns:
         `path`.
@@ -78,12 +84,14 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
     check_opset(opset)
     check_onnx_quantization(quantization)
     _files.check_target(path, overwrite)
-    graph, owned = prepare(model, include_preprocessing, scores=scores)
-    check_images = None if verification_data is None else verification_images(verification_data, graph.image_shape)
+    graph, owned = prepare(model, include_preprocessing, scores=scores, input_range=input_range)
+    check_images = None
+    if verification_data is not None:
+        check_images = scale(verification_images(verification_data, graph.image_shape), graph.model_range, UNIT)
     try:
-        samples = calibration_samples(quantization, representative_data, graph.image_shape, include_preprocessing)
+        samples = calibration_samples(quantization, representative_data, graph.image_shape, graph.input_range)
         if check_images is None and samples is not None:  # real images when there are, back in [-1, 1]
-            check_images = samples[:64] / 127.5 - 1.0 if include_preprocessing else samples[:64]
+            check_images = scale(samples[:64], graph.input_range, UNIT)
         content = _converted(graph, opset, path)
         if quantization != "float32":
             content = quantize(content, quantization, samples)
@@ -92,7 +100,8 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
             with open(tmp, "wb") as f:
                 f.write(content)
             if verify:
-                artifact = Artifact(path, "onnx", tmp, quantization, include_preprocessing, dynamic_size=graph.dynamic_size)
+                artifact = Artifact(path, "onnx", tmp, quantization, include_preprocessing, dynamic_size=graph.dynamic_size,
+                                    input_range=graph.input_range)
                 check_artifact(graph, artifact, check_images)
     finally:
         if owned:
@@ -159,5 +168,5 @@ def check_onnx(content, name="model"):
     except Exception as e:  # checker or runtime refused the graph
         raise RuntimeError(f"{name}: the ONNX graph is invalid or onnxruntime refuses it: {str(e)[:500]}") from None
     inputs = [i.name for i in proto.graph.input]
-    if inputs != [INPUT_NAME]:
-        raise RuntimeError(f"{name}: expected one input named {INPUT_NAME!r}, found {inputs}")
+    if inputs not in ([INPUT_NAME], [PIXELS_INPUT_NAME]):
+        raise RuntimeError(f"{name}: expected one input named {INPUT_NAME!r} or {PIXELS_INPUT_NAME!r}, found {inputs}")

@@ -60,8 +60,11 @@ def onnx_file(quantization="float32"):
     return "model.onnx" if quantization == "float32" else f"model_{quantization}.onnx"
 
 
-def calibration_samples(quantization, representative_data, shape, include_preprocessing=False):
+def calibration_samples(quantization, representative_data, shape, input_range=None):
     """The calibration images of an ONNX mode: float32 `(n, *shape)` for "int8", None for the others.
+
+    `input_range`: the `(lo, hi)` range the file's input takes, which an
+    image folder is scaled to (`export.tflite.representative_samples`).
 
     Raises:
         ValueError: "int8" without representative data, or with none of
@@ -73,7 +76,7 @@ def calibration_samples(quantization, representative_data, shape, include_prepro
         raise ValueError("quantization='int8' needs representative_data (calibration images)")
     from export.tflite import representative_samples
 
-    return representative_samples(representative_data, shape, include_preprocessing)
+    return representative_samples(representative_data, shape, input_range=input_range)
 
 
 def quantize(content, quantization, samples=None, per_channel=PER_CHANNEL, preprocess=True, op_types=None,
@@ -81,8 +84,8 @@ def quantize(content, quantization, samples=None, per_channel=PER_CHANNEL, prepr
     """Quantises float32 ONNX bytes with onnxruntime's tools; returns the int8 file's bytes.
 
     Args:
-        content: bytes of a float32 ONNX model with one input `images`
-            float32 `(batch, height, width, channels)`.
+        content: bytes of a float32 ONNX model with one input (`images` or
+            `pixels`) float32 `(batch, height, width, channels)`.
         quantization: "dynamic_int8" or "int8" (see the module docstring).
         samples: float32 calibration images `(n, height, width, channels)`,
             scaled as the graph's input expects; needed for "int8", one
@@ -124,7 +127,7 @@ def quantize(content, quantization, samples=None, per_channel=PER_CHANNEL, prepr
                              op_types_to_quantize=None if op_types is None else list(op_types))
         else:
             quantize_static(
-                prepared, target, _calibration_reader(samples), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                prepared, target, _calibration_reader(samples, _input_name(content)), quant_format=QuantFormat.QDQ, per_channel=per_channel,
                 activation_type={"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}[activation_type],
                 weight_type=QuantType.QInt8, op_types_to_quantize=list(STATIC_OP_TYPES if op_types is None else op_types),
             )
@@ -132,20 +135,28 @@ def quantize(content, quantization, samples=None, per_channel=PER_CHANNEL, prepr
             return f.read()
 
 
-def _calibration_reader(samples):
-    """An `onnxruntime.quantization.CalibrationDataReader` feeding one image per step as `{"images": (1, h, w, c)}`."""
+def _input_name(content):
+    """The name of an ONNX model's one graph input ("images", or "pixels" for a file that scales raw pixels)."""
+    import onnx
+
+    return onnx.load_from_string(content).graph.input[0].name
+
+
+def _calibration_reader(samples, input_name="images"):
+    """An `onnxruntime.quantization.CalibrationDataReader` feeding one image per step as `{input_name: (1, h, w, c)}`."""
     from onnxruntime.quantization import CalibrationDataReader
 
     class CalibrationImages(CalibrationDataReader):
         def __init__(self, images):
             self.images = np.asarray(images, dtype="float32")
+            self.input_name = input_name
             self.position = 0
 
         def get_next(self):
             if self.position >= len(self.images):
                 return None
             self.position += 1
-            return {"images": self.images[self.position - 1 : self.position]}
+            return {self.input_name: self.images[self.position - 1 : self.position]}
 
         def rewind(self):
             self.position = 0

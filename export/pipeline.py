@@ -5,28 +5,34 @@ import os
 import tempfile
 import time
 
-import numpy as np
-
 from keras_vit import _files
+from export.input_range import RANGES, UNIT, describe, parse_input_range, scale
 from export.onnx import check_opset
 from export.onnx_quantization import ONNX_QUANTIZATIONS, onnx_file
-from export.signature import ServingGraph, image_shape, is_dynamic, model_image_shape, parse_image_size, prepare
-from export.tflite import (CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, _images_of, check_dynamic_size_quantization,
+from export.signature import ServingGraph, is_dynamic, model_image_shape, parse_image_size, prepare
+from export.tflite import (CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, check_dynamic_size_quantization,
                            check_quantization)
+from export.images import VERIFY_SAMPLES, load_data  # noqa: F401 (VERIFY_SAMPLES: export_all's verification count)
+from export.contract import artifact_contract, check_keras_accuracy, label_names as _label_names
 from export.verify import NOISE_HINT, Artifact, VerificationError, decision_failure, resized_images, verify
 
 FORMATS = ("saved_model", "tflite", "onnx")
-VERIFY_SAMPLES = 512
-SEEDED_SAMPLES = 64
 
 
-def artifact_file(fmt, quantization="float32"):
-    """The final file name of an artifact inside the output folder."""
+def artifact_file(fmt, quantization="float32", pixels=False):
+    """The final file name of an artifact inside the output folder.
+
+    `pixels`: the export put the scaling of raw pixels into the graph
+    (`include_preprocessing`): "_pixels" ends the name (`saved_model_pixels`,
+    `model_float32_pixels.tflite`, `model_pixels.onnx`), so the file is not
+    taken for the one that takes scaled images.
+    """
+    suffix = "_pixels" if pixels else ""
     if fmt == "saved_model":
-        return "saved_model"
+        return "saved_model" + suffix
     if fmt == "onnx":
-        return onnx_file(quantization)  # model.onnx, model_dynamic_int8.onnx, model_int8.onnx
-    return f"model_{quantization}.tflite"
+        return onnx_file(quantization).replace(".onnx", suffix + ".onnx")  # model.onnx, model_int8.onnx, ...
+    return f"model_{quantization}{suffix}.tflite"
 
 
 def parse_list(value, allowed, name):
@@ -47,111 +53,6 @@ def parse_list(value, allowed, name):
     return list(dict.fromkeys(items))
 
 
-def load_data(source, model, max_samples=VERIFY_SAMPLES):
-    """Calibration and verification images for a model from a named data source.
-
-    Args:
-        source: None (a seeded batch of uniform noise in [-1, 1]), "digits"
-            (calibration on the training split, verification on the fixed
-            held-out split), the path of an image folder (80/20 split,
-            seed 0), a TFDS name (splits "train" / "test", read from the
-            local TFDS folder), or a `tf.data.Dataset` of images in [-1, 1]
-            (elements `(images, labels)`, images, or TFDS-style dicts
-            `{"image": ..., "label": ...}`; used for both calibration and
-            verification).
-        model: the model, for its input size and channels.
-
-    Returns:
-        `(calibration_images, eval_images, eval_labels, class_names)`: float32
-        arrays in [-1, 1]; labels and class names None for the seeded batch.
-
-    Raises:
-        ValueError: a source that is none of the above, or yields no images.
-    """
-    import tensorflow as tf
-
-    from keras_vit import data
-
-    height, width, channels = model.image_shape if isinstance(model, ServingGraph) else image_shape(model)
-    common = {"image_size": (height, width), "channels": channels, "batch_size": 64}
-    if source is None:
-        rng = np.random.default_rng(0)
-        images = rng.uniform(-1, 1, (SEEDED_SAMPLES, height, width, channels)).astype("float32")
-        return images, images, None, None
-    if isinstance(source, tf.data.Dataset):
-        images, labels = _take_elements(source, max_samples)
-        if len(images) == 0:
-            raise ValueError("the calibration dataset yielded no images")
-        if images.shape[1:] != (height, width, channels):
-            raise ValueError(f"calibration images must have shape (n, {height}, {width}, {channels}). "
-                             f"Received: images of shape {images.shape}")
-        return images, images, labels, None
-    if source == "digits":
-        # unshuffled, like the image-folder split: the same calibration images, so the same int8 file, every run
-        calibration, held_out = data.digits("train", shuffle=False, **common), data.digits("validation", **common)
-    elif os.path.isdir(str(source)):
-        split = {"validation_split": 0.2, "seed": 0, "directory": source}
-        try:
-            calibration = data.from_directory(subset="training", shuffle=False, **split, **common)
-            held_out = data.from_directory(subset="validation", **split, **common)
-        except ValueError as e:  # e.g. too few images for both halves: say why the folder is split at all
-            raise ValueError(f"calibration_data={str(source)!r} (--calibration-data): an image folder is split "
-                             f"80/20 into calibration and verification images, and this one cannot be: {e}") from None
-    elif isinstance(source, str) and _is_tfds_name(source):
-        calibration = data.from_tfds(source, split="train", **common)
-        held_out = data.from_tfds(source, split="test", **common)
-    else:
-        raise ValueError(
-            "calibration data must be 'digits', an existing image folder or a TFDS name; "
-            f"{source!r} is neither an existing folder nor a data set TFDS knows"
-        )
-    cal = _take(calibration, max_samples)[0]
-    eval_images, eval_labels = _take(held_out, max_samples)
-    if len(cal) == 0 or len(eval_images) == 0:
-        raise ValueError(f"the data source {source!r} yielded no images")
-    return cal, eval_images, eval_labels, held_out.class_names
-
-
-def _is_tfds_name(name):
-    """True if TFDS has a builder of that name (its config and version suffixes ignored)."""
-    import tensorflow_datasets as tfds
-
-    return name.split(":")[0].split("/")[0] in tfds.list_builders()
-
-
-def _take_elements(dataset, limit):
-    """Images (float32) and labels (or None) of the first `limit` examples of any dataset layout."""
-    images, labels, count = [], [], 0
-    for element in dataset:
-        batch = np.asarray(_images_of(element), dtype="float32")
-        label = element.get("label") if isinstance(element, dict) else (
-            element[1] if isinstance(element, (tuple, list)) and len(element) > 1 else None)
-        if batch.ndim == 3:
-            batch, label = batch[None], None if label is None else np.asarray(label).reshape(1)
-        images.append(batch)
-        labels.append(None if label is None else np.asarray(label).reshape(-1))
-        count += len(batch)
-        if count >= limit:
-            break
-    if not images:
-        return np.zeros((0,), "float32"), None
-    labels = None if any(label is None for label in labels) else np.concatenate(labels)[:limit]
-    return np.concatenate(images)[:limit], labels
-
-
-def _take(dataset, limit):
-    images, labels, count = [], [], 0
-    for x, y in dataset:
-        images.append(x.numpy())
-        labels.append(y.numpy())
-        count += len(x)
-        if count >= limit:
-            break
-    if not images:
-        return np.zeros((0,)), np.zeros((0,), "int32")
-    return np.concatenate(images)[:limit], np.concatenate(labels)[:limit]
-
-
 def export_all(
     model,
     output_dir,
@@ -170,6 +71,7 @@ def export_all(
     mediapipe=True,
     onnx_quantization="float32",
     image_size=None,
+    input_range=None,
 ):
     """Exports, verifies and writes every requested artifact plus `report.json`.
 
@@ -181,10 +83,29 @@ def export_all(
     (`dtype_policy`). Each artifact is written into a hidden staging folder
     inside `output_dir`, verified in its own runtime against that float32
     model (see `export.verify`), and only then moved to its final name
-    (`saved_model/`, `model_{quantization}.tflite`, `model.onnx`). A failed
-    artifact is deleted; the others still land; `report.json` records all,
-    a conversion failure with its one-line cause first (`failures`) and the
-    converter's output after (`details`).
+    (`saved_model/`, `model_{quantization}.tflite`, `model.onnx`; with
+    `include_preprocessing` each ends in `_pixels`, see `artifact_file`). A
+    failed artifact is deleted; the others still land; `report.json` records
+    all, a conversion failure with its one-line cause first (`failures`) and
+    the converter's output after (`details`), and for each artifact what an
+    app feeds it and gets back (`contract`: input name, dtype, shape, value
+    range, fixed or dynamic batch, output kind and dtype, and the app's
+    preprocessing, read from the file itself: `export.contract`).
+
+    The input contract: the range the model takes is read from its first
+    layers (`export.input_range.model_input_range`: keras_vit's
+    `include_preprocessing`, `keras_vit.preprocess_input`, `Rescaling`,
+    `Normalization`), or given as `input_range`; calibration and
+    verification images are fed in that range, and the TFLite metadata
+    tells the app how to scale pixels. With labelled verification data the
+    Keras model's own accuracy is checked first: near chance, where another
+    input range would make it accurate, the export stops with a
+    `VerificationError` naming that range; near chance under every range, a
+    warning says so (`report["warnings"]`).
+
+    Class names: `labels` if given, else those the model's head carries
+    (`keras_vit.layers.model_class_names`: `keras-vit-train` stores them),
+    else the calibration data set's, else "0".."n-1" with a one-line notice.
 
     Args:
         model: a built keras_vit model (any dtype policy; nested in another
@@ -198,9 +119,11 @@ def export_all(
             `tf.data.Dataset` (see `load_data`); its held-out split is used
             for verification.
         labels: class names (list) or a labels file path (one per line) for
-            the TFLite metadata; default: the data set's class names, or
-            "0".."n-1".
-        include_preprocessing: bool; artifacts take raw pixels in [0, 255].
+            the TFLite metadata and `labels.txt`; default: the model's own
+            (see above), the data set's class names, or "0".."n-1".
+        include_preprocessing: bool; artifacts take raw pixels in [0, 255]
+            (input `pixels`; file names end in `_pixels`) and scale them to
+            the model's range in the graph.
         int8_io_type: "float32", "int8" or "uint8" for the int8 file.
         opset: ONNX opset, default 17.
         overwrite: bool; replace existing artifacts of the same names.
@@ -242,6 +165,9 @@ def export_all(
             the two sizes. The report lists the sizes checked per artifact
             (`verified_sizes`, `at_sizes`) and for the export
             (`verification_sizes`, `tflite_image_size`).
+        input_range: None (default: read from the model's first layers) or
+            the range the model takes: "-1,1", "0,1" or "0,255" (or the pair),
+            `export.input_range.RANGES`.
 
     Returns:
         The report dict (also written to `output_dir/report.json`).
@@ -249,12 +175,17 @@ def export_all(
     Raises:
         ValueError: an unknown format or quantization, an int8 I/O type
             without the int8 file, an output path that is a file, labels or
-            calibration classes that do not match the model; a bad
+            calibration classes that do not match the model (in number, or
+            the model's own class names in name), a bad `input_range`; a bad
             `image_size` (names it and the patch size), or "dynamic" with a
             fixed-size model or a TFLite mode that cannot keep a dynamic size.
         FileExistsError: an artifact or report already exists and
             `overwrite` is False (checked before any work).
-        VerificationError: after writing the report, if any artifact failed.
+        VerificationError: after writing the report, if any artifact failed;
+            before writing anything, if the Keras model is near chance on
+            labelled verification images where another input range is not.
+        Nothing is left behind by a refusal: an output folder the export
+        made is removed again when it holds nothing.
     """
     formats = parse_list(formats, FORMATS, "format")
     quantizations = parse_list(quantizations, QUANTIZATIONS, "quantization") if "tflite" in formats else []
@@ -269,17 +200,33 @@ def export_all(
         raise ValueError(f"`batch_size` must be 1 or None (dynamic). Received: batch_size={batch_size!r}")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ValueError(f"output_dir {output_dir!r} is a file, not a folder")
+    parse_input_range(input_range, "input_range (--input-range)")
     size = parse_image_size(image_size, model)
     if size == "dynamic":
         for q in quantizations:
             check_dynamic_size_quantization(q)
     modes = {"tflite": quantizations, "onnx": onnx_quantizations}
     planned = [(f, q) for f in formats for q in modes.get(f, ["float32"])]
-    targets = [os.path.join(output_dir, artifact_file(f, q)) for f, q in planned]
+    targets = [os.path.join(output_dir, artifact_file(f, q, include_preprocessing)) for f, q in planned]
     for path in [*targets, os.path.join(output_dir, "report.json"), os.path.join(output_dir, "labels.txt")]:
         _files.check_target(path, overwrite)
 
     started = time.perf_counter()
+    made_dir = not os.path.exists(output_dir)
+    try:
+        return _export_all(model, output_dir, size, formats, planned, targets, calibration_data, labels,
+                           include_preprocessing, int8_io_type, opset, overwrite, measure_latency, profile, batch_size,
+                           scores, mediapipe, input_range, started)
+    except BaseException:
+        if made_dir and os.path.isdir(output_dir) and not os.listdir(output_dir):
+            os.rmdir(output_dir)  # a refused export leaves no empty folder behind
+        raise
+
+
+def _export_all(model, output_dir, size, formats, planned, targets, calibration_data, labels, include_preprocessing,
+                int8_io_type, opset, overwrite, measure_latency, profile, batch_size, scores, mediapipe, input_range,
+                started):
+    """`export_all` after its argument checks: the serving graph, every artifact, the report."""
     model, resized_from = _at_size(model, size)
     graph_size = size if size != "dynamic" and is_dynamic(model) else None
     # From the first artifact moved into place until report.json lands, a SIGTERM (under the CLI's
@@ -287,7 +234,9 @@ def export_all(
     finals = [*targets, os.path.join(output_dir, "labels.txt")]
     try:
         # one float32 trace for every artifact (a model of any resolution: dynamic height and width)
-        with ServingGraph(model, include_preprocessing, scores=scores, image_size=graph_size) as graph:
+        with ServingGraph(model, include_preprocessing, scores=scores, image_size=graph_size,
+                          input_range=input_range) as graph:
+            _say_input(graph)
             if graph.source_policy != "float32":
                 print(f"the model was trained under the dtype policy {graph.source_policy!r}: exporting and "
                       "verifying the float32 computation of its weights", flush=True)
@@ -319,6 +268,14 @@ def export_all(
     return report
 
 
+def _say_input(graph):
+    """One line: the range the model takes and how it was known; one more when --include-preprocessing adds nothing."""
+    print(f"the model takes images in {describe(graph.model_range)}: {graph.range_source}", flush=True)
+    if graph.include_preprocessing and graph.model_range == RANGES["0,255"]:
+        print("the model already takes raw pixels in [0, 255]: --include-preprocessing adds no scaling "
+              "(its files take the same input as the default ones)", flush=True)
+
+
 def _at_size(model, size):
     """`(model, None)`, or for a fixed-size model and another `size` `(keras_vit.resize(model, size), its old size)`."""
     if size is None or size == "dynamic" or is_dynamic(model) or tuple(size) == model_image_shape(model)[:2]:
@@ -345,9 +302,12 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
 
     include_preprocessing = graph.include_preprocessing
     calibration, eval_images, eval_labels, class_names = load_data(calibration_data, graph)
-    label_names = _label_names(labels, class_names, graph.classes)
-    if include_preprocessing:  # the artifacts take raw pixels: calibrate them on raw pixels too
-        calibration = (calibration + 1.0) * 127.5
+    label_names, label_source = _label_names(labels, class_names, graph.classes, graph.class_names)
+    if label_source == "numbers":
+        print(f"the model holds no class names: labels.txt and the .tflite files name its {graph.classes} classes "
+              f"0..{graph.classes - 1} (pass --labels FILE, or train with keras-vit-train, which stores them)", flush=True)
+    warnings = check_keras_accuracy(graph, eval_images, eval_labels)
+    calibration = scale(calibration, UNIT, graph.input_range)  # as the artifacts take them (raw pixels, ...)
     os.makedirs(output_dir, exist_ok=True)
     stage = _files.track(tempfile.mkdtemp(dir=output_dir, prefix=".tmp-export-"))  # removed by a SIGTERM too
     tflite_graph, owned = graph, False
@@ -356,7 +316,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             tflite_graph, owned = prepare(graph, include_preprocessing, tflite_batch_size, dynamic_size=tflite_dynamic_size)
         artifacts, errors = [], []
         for fmt, q in planned:
-            name = artifact_file(fmt, q)
+            name = artifact_file(fmt, q, include_preprocessing)
             staged_path = os.path.join(stage, name)
             print(f"exporting {name} ...", flush=True)
             try:  # each is verified below, on the held-out images, all against the same float32 twin
@@ -385,7 +345,8 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
                                "failures": [cause], "details": details[:4000]})
                 continue
             dynamic = (tflite_graph if fmt == "tflite" else graph).dynamic_size
-            artifacts.append(Artifact(name, fmt, staged_path, q, include_preprocessing, graph.scores, dynamic))
+            artifacts.append(Artifact(name, fmt, staged_path, q, include_preprocessing, graph.scores, dynamic,
+                                      graph.input_range))
 
         # a dynamic-size artifact is checked at the graph's other size too, on the same images resized
         other_sizes = [(resized_images(eval_images, shape[:2]), eval_labels) for shape in graph.check_shapes[1:]]
@@ -393,6 +354,8 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
         print(f"verifying {len(artifacts)} artifacts on {len(eval_images)} images ({sizes}) ...", flush=True)
         results = verify(graph, artifacts, eval_images, eval_labels, raise_on_failure=False, measure_latency=measure_latency,
                          mediapipe=mediapipe, other_sizes=other_sizes)
+        for row in results:
+            row["contract"] = artifact_contract(row["path"], row["format"], graph)
         for row in results + errors:
             final = os.path.join(output_dir, row["name"])
             if row["passed"]:
@@ -411,6 +374,12 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             "tflite_image_size": "dynamic" if tflite_dynamic_size else list(graph.image_shape[:2]),
             "classes": graph.classes,
             "include_preprocessing": include_preprocessing,
+            "model_input_range": list(graph.model_range),
+            "model_input_range_source": graph.range_source,
+            "input_range": list(graph.input_range),
+            "labels": label_names,
+            "labels_source": label_source,
+            "warnings": warnings,
             "tflite_batch_size": tflite_batch_size,
             "scores": graph.score_kind,
             "calibration_data": calibration_data if isinstance(calibration_data, (str, type(None))) else "tf.data.Dataset",
@@ -427,26 +396,6 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             tflite_graph.close()
         _files.remove(stage)
     return report
-
-
-def _label_names(labels, class_names, classes):
-    if labels is None:
-        if class_names is not None and len(class_names) != classes:
-            raise ValueError(
-                f"the model has {classes} classes but the calibration data set has {len(class_names)} "
-                f"({', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''}); "
-                "export with data of the model's own classes, or pass labels"
-            )
-        labels = class_names or [str(i) for i in range(classes)]
-    elif isinstance(labels, (str, os.PathLike)):
-        if not os.path.isfile(labels):
-            raise ValueError(f"labels file not found: {labels!r}")
-        with open(labels) as f:
-            labels = [line.strip() for line in f if line.strip()]
-    labels = list(labels)
-    if len(labels) != classes:
-        raise ValueError(f"the model has {classes} classes but {len(labels)} labels were given")
-    return labels
 
 
 def format_table(report):

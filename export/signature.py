@@ -1,13 +1,17 @@
 """The one float32 serving graph every format is converted from.
 
-Input `images`: float32 `(batch, height, width, channels)`, in [-1, 1]
-(`keras_vit.preprocess_input` scaling), or raw pixels in [0, 255] when
-`include_preprocessing=True`, in which case the graph computes
-x / 127.5 - 1 first. Output `predictions`: float32 `(batch, classes)`: class
-probabilities in [0, 1] summing to 1 by default (`scores="probabilities"`:
-a softmax is added in the graph when the model's head has no activation, so
-that apps can threshold scores, e.g. MediaPipe's `score_threshold`), or the
-head's raw logits (`scores="logits"`). A model without a Dense head (e.g.
+Input: float32 `(batch, height, width, channels)`, named `images`, in the
+range the model takes (`export.input_range.model_input_range`: [-1, 1], the
+`keras_vit.preprocess_input` scaling, for a plain keras_vit ViT; raw pixels
+in [0, 255] for a model that scales them itself, e.g. built with
+`include_preprocessing=True`), or named `pixels`, raw pixels in [0, 255],
+when `include_preprocessing=True` asks the export to put the scaling into
+the graph. Output `predictions`: float32 `(batch, classes)`: class
+probabilities in [0, 1] by default (`scores="probabilities"`: a softmax,
+summing to 1, is added in the graph when the model's head has no activation,
+a sigmoid when that head has one logit (a binary classifier), so that apps
+can threshold scores, e.g. MediaPipe's `score_threshold`), or the head's raw
+logits (`scores="logits"`). A model without a Dense head (e.g.
 `include_top=False`) or with another head activation keeps its outputs.
 
 A model trained under a low-precision Keras dtype policy (`mixed_bfloat16`,
@@ -25,8 +29,10 @@ import zipfile
 
 from keras_vit import _files
 from keras_vit._validation import is_int
+from export.input_range import PIXELS, UNIT, model_input_range, parse_input_range, scale
 
 INPUT_NAME = "images"
+PIXELS_INPUT_NAME = "pixels"  # the input of a graph that scales raw pixels itself (include_preprocessing=True)
 OUTPUT_NAME = "predictions"
 # Keras dtype policies whose compute (or variable) dtype is not float32; their float32 twin is exported.
 LOW_PRECISION_POLICIES = ("mixed_bfloat16", "mixed_float16", "bfloat16", "float16")
@@ -302,24 +308,26 @@ def _head(model):
 
 
 def score_kind(model, scores="probabilities"):
-    """What a model's artifact outputs for `scores`, and whether the graph must add a softmax.
+    """What a model's artifact outputs for `scores`, and the activation the graph must add (None if none).
 
     The head is the model's last layer (keras_vit's `predictions` Dense
     layer, `classifier_activation` its activation). With
     `scores="probabilities"` a head without activation (None / "linear")
-    gets a softmax in the serving graph; a softmax head is kept as it is (no
-    second softmax). With `scores="logits"` a head without activation is
-    kept. A model whose last layer is not a Dense layer (`include_top=False`)
-    or whose head has another activation (e.g. a multi-label sigmoid) keeps
-    its outputs unchanged: kind "outputs".
+    gets a softmax in the serving graph, or a sigmoid when it has a single
+    output (a binary classifier: a softmax over one logit is 1.0 for every
+    image); a softmax head is kept as it is (no second softmax). With
+    `scores="logits"` a head without activation is kept. A model whose last
+    layer is not a Dense layer (`include_top=False`) or whose head has
+    another activation (e.g. a multi-label sigmoid) keeps its outputs
+    unchanged: kind "outputs".
 
     Args:
         model: a Keras model.
         scores: "probabilities" (default) or "logits".
 
     Returns:
-        `(kind, add_softmax)`: kind is "probabilities", "logits" or
-        "outputs"; add_softmax a bool.
+        `(kind, activation)`: kind is "probabilities", "logits" or
+        "outputs"; activation "softmax", "sigmoid" or None.
 
     Raises:
         ValueError: `scores` is not one of `SCORES`; logits asked of a head
@@ -331,20 +339,47 @@ def score_kind(model, scores="probabilities"):
         raise ValueError(f"`scores` must be one of {', '.join(map(repr, SCORES))}. Received: scores={scores!r}")
     head = _head(model)
     if not isinstance(head, keras.layers.Dense):
-        return "outputs", False
+        return "outputs", None
     activation = getattr(head.activation, "__name__", str(head.activation))
     if activation in ("linear", "None"):
-        return scores, scores == "probabilities"
+        if scores == "logits":
+            return "logits", None
+        return "probabilities", "sigmoid" if int(head.units) == 1 else "softmax"
     if activation == "softmax":
         if scores == "logits":
             raise ValueError(f"the model's head {head.name!r} applies softmax: its logits are not in the graph; "
                              "export scores='probabilities' or rebuild the model with classifier_activation=None. "
                              f"Received: scores={scores!r}")
-        return "probabilities", False
+        if int(head.units) == 1:
+            raise ValueError(f"the model's head {head.name!r} applies softmax to a single output, which is 1.0 for "
+                             "every image: nothing an app could use. Build a binary classifier with classes=1 and "
+                             "classifier_activation='sigmoid' (or None: the export adds the sigmoid), or classes=2")
+        return "probabilities", None
+    if activation == "sigmoid" and int(head.units) == 1:
+        if scores == "logits":
+            raise ValueError(f"the model's head {head.name!r} applies sigmoid: its logit is not in the graph; rebuild "
+                             f"the model with classifier_activation=None. Received: scores={scores!r}")
+        return "probabilities", None
     if scores == "logits":
         raise ValueError(f"the model's head {head.name!r} applies {activation!r}: its logits are not in the graph; "
                          f"rebuild the model with classifier_activation=None. Received: scores={scores!r}")
-    return "outputs", False
+    return "outputs", None
+
+
+def sigmoid(logits):
+    """Sigmoid in float64 (the reference for graphs that add one), float32 out."""
+    import numpy as np
+
+    return (1.0 / (1.0 + np.exp(-np.asarray(logits, dtype="float64")))).astype("float32")
+
+
+def apply_activation(outputs, activation):
+    """`outputs` through the score activation a graph adds ("softmax", "sigmoid" or None), in float64, float32 out."""
+    if activation == "softmax":
+        return softmax(outputs)
+    if activation == "sigmoid":
+        return sigmoid(outputs)
+    return outputs
 
 
 def softmax(logits):
@@ -356,32 +391,44 @@ def softmax(logits):
     return (e / e.sum(axis=-1, keepdims=True)).astype("float32")
 
 
-def serving_function(model, include_preprocessing=False, batch_size=None, add_softmax=False, shape=None):
+def serving_function(model, include_preprocessing=False, batch_size=None, activation=None, shape=None, input_range=UNIT):
     """Returns a `tf.function` images -> {"predictions": outputs} and its input signature.
 
     Args:
         model: a built float32 Keras model with one image input (see
             `float32_twin`).
-        include_preprocessing: bool; True: inputs are raw pixels in [0, 255].
+        include_preprocessing: bool; True: the input, named `pixels`, is raw
+            pixels in [0, 255], scaled to `input_range` in the graph.
         batch_size: None (dynamic batch) or a fixed int (1 for mobile
             TFLite files, see docs/traps.md: a dynamic batch splits XNNPACK
             partitions).
-        add_softmax: bool; True: the outputs are softmax(model outputs) over
-            the class axis (see `score_kind`).
+        activation: None, "softmax" or "sigmoid": what the graph applies to
+            the model's outputs (see `score_kind`).
         shape: None (the model's fixed input size) or (height, width,
             channels) of the signature, height and width None for a dynamic
             size (a model of any resolution).
+        input_range: `(lo, hi)`, the range the model takes
+            (`export.input_range.model_input_range`), default [-1, 1].
     """
     import tensorflow as tf
 
-    spec = tf.TensorSpec((batch_size, *(shape or image_shape(model))), tf.float32, name=INPUT_NAME)
+    name = PIXELS_INPUT_NAME if include_preprocessing else INPUT_NAME
+    spec = tf.TensorSpec((batch_size, *(shape or image_shape(model))), tf.float32, name=name)
+    source = PIXELS if include_preprocessing else tuple(input_range)
 
-    @tf.function(input_signature=[spec])
-    def serve(images):
-        x = images / 127.5 - 1.0 if include_preprocessing else images
-        y = tf.cast(model(x, training=False), tf.float32)
-        return {OUTPUT_NAME: tf.nn.softmax(y, axis=-1) if add_softmax else y}
+    def graph(images):
+        y = tf.cast(model(scale(images, source, input_range), training=False), tf.float32)
+        if activation == "softmax":
+            y = tf.nn.softmax(y, axis=-1)
+        elif activation == "sigmoid":
+            y = tf.math.sigmoid(y)
+        return {OUTPUT_NAME: y}
 
+    # the argument's name is the signature's input name (SavedModel keyword, ONNX and TFLite input)
+    if include_preprocessing:
+        serve = tf.function(lambda pixels: graph(pixels), input_signature=[spec])
+    else:
+        serve = tf.function(lambda images: graph(images), input_signature=[spec])
     return serve, spec
 
 
@@ -408,11 +455,21 @@ class ServingGraph:
             graph are verified at: `image_shape`, and with `dynamic_size`
             also `other_image_size`.
         classes: the output width.
-        include_preprocessing: bool; True: inputs are raw pixels in [0, 255].
+        class_names: the names the model's head carries
+            (`keras_vit.layers.model_class_names`), or None.
+        include_preprocessing: bool; True: the graph scales raw pixels in
+            [0, 255] (input `pixels`) to the model's range.
+        model_range: `(lo, hi)`, the range the model takes: `input_range`
+            if given, else `export.input_range.model_input_range`;
+            range_source: how it was known, in words.
+        input_range: `(lo, hi)`, the range the graph's input takes: [0, 255]
+            with `include_preprocessing`, else `model_range`.
+        input_name: "pixels" with `include_preprocessing`, else "images".
         batch_size: None (dynamic batch) or 1.
         scores: "probabilities" or "logits", as asked.
         score_kind: what the graph outputs: "probabilities", "logits" or
-            "outputs" (see `score_kind`); add_softmax: whether it added one.
+            "outputs" (see `score_kind`); activation: what it added to the
+            model's outputs ("softmax", "sigmoid" or None).
         function, input_spec: the serving `tf.function` and its signature.
 
     Use it as a context manager, or call `close()`, to delete its SavedModel.
@@ -422,18 +479,22 @@ class ServingGraph:
     a fixed-size model must be resized first, `keras_vit.resize`);
     dynamic_size: bool, default True: a model of any resolution keeps a
     dynamic height and width in the signature (SavedModel, ONNX); False
-    fixes them at `image_size` (the TFLite files).
+    fixes them at `image_size` (the TFLite files); input_range: None (read
+    from the model) or a range of `export.input_range.RANGES`.
 
     Raises:
-        ValueError: the model has no single image input of known channels,
+        ValueError: a bad `input_range`; the model has no single image input of known channels,
             does not output one vector per image (a token sequence),
             holds Keras-quantised layers, or its head cannot give `scores`;
             an `image_size` other than a fixed-size model's own.
     """
 
     def __init__(self, model, include_preprocessing=False, batch_size=None, scores="probabilities", image_size=None,
-                 dynamic_size=True):
+                 dynamic_size=True, input_range=None):
+        from keras_vit.layers import model_class_names
+
         self._work = None  # first: `__del__` runs even when a check below raises
+        given = parse_input_range(input_range)
         if len(model.output_shape) != 2 or not is_int(model.output_shape[-1]):
             raise ValueError(
                 f"the model outputs {tuple(model.output_shape)}: export needs one vector per image, (batch, classes) "
@@ -457,12 +518,24 @@ class ServingGraph:
         self.source_policy = dtype_policy_name(model)
         self.model = float32_twin(model)
         self.classes = int(self.model.output_shape[-1])
+        self.class_names = model_class_names(model)
+        if given is not None:
+            self.model_range, self.range_source = given, "given (input_range / --input-range)"
+        else:
+            self.model_range, self.range_source = model_input_range(model)
         self.include_preprocessing = bool(include_preprocessing)
+        self.input_range = PIXELS if self.include_preprocessing else self.model_range
+        self.input_name = PIXELS_INPUT_NAME if self.include_preprocessing else INPUT_NAME
         self.batch_size = batch_size
         self.scores = scores
-        self.score_kind, self.add_softmax = score_kind(self.model, scores)
+        self.score_kind, self.activation = score_kind(self.model, scores)
         self.function, self.input_spec = serving_function(
-            self.model, include_preprocessing, batch_size, self.add_softmax, shape if self.dynamic_size else self.image_shape)
+            self.model, include_preprocessing, batch_size, self.activation,
+            shape if self.dynamic_size else self.image_shape, self.model_range)
+
+    def inputs(self, images):
+        """Images in [-1, 1] (the exporter's own range) scaled to what the graph's input takes (`input_range`)."""
+        return scale(images, UNIT, self.input_range)
 
     def saved_model_dir(self):
         """The SavedModel of the serving function (Keras' `ExportArchive`), written on first use.
@@ -487,15 +560,19 @@ class ServingGraph:
             self._work = work
         return os.path.join(self._work, "saved_model")
 
-    def predict(self, images):
+    def predict(self, images, activation=True):
         """What the graph outputs for images in [-1, 1], float32 `(n, classes)`, computed by the float32 twin.
 
-        The twin's outputs, passed through a float64 softmax when the graph adds one.
+        The images are scaled to the model's range (`model_range`) first;
+        the twin's outputs pass through the graph's float64 softmax or
+        sigmoid where it adds one, unless `activation=False` (the model's
+        own outputs).
         """
         import numpy as np
 
-        outputs = np.asarray(self.model.predict(np.asarray(images, "float32"), verbose=0), dtype="float32")
-        return softmax(outputs) if self.add_softmax else outputs
+        x = scale(np.asarray(images, "float32"), UNIT, self.model_range).astype("float32")
+        outputs = np.asarray(self.model.predict(x, verbose=0), dtype="float32")
+        return apply_activation(outputs, self.activation) if activation else outputs
 
     def close(self):
         """Deletes the SavedModel written by `saved_model_dir`."""
@@ -513,7 +590,8 @@ class ServingGraph:
         self.close()
 
 
-def prepare(model, include_preprocessing=False, batch_size=None, scores=None, image_size=None, dynamic_size=None):
+def prepare(model, include_preprocessing=False, batch_size=None, scores=None, image_size=None, dynamic_size=None,
+            input_range=None):
     """Returns `(graph, owned)`: a `ServingGraph` for these settings, and whether the caller must close it.
 
     `model` may be a Keras model or a `ServingGraph` (reused when its
@@ -521,6 +599,7 @@ def prepare(model, include_preprocessing=False, batch_size=None, scores=None, im
     graph's own, or "probabilities" for a Keras model. `image_size` None
     and `dynamic_size` None: the graph's own (a Keras model of any
     resolution: its `default_image_size`, dynamic); see `ServingGraph`.
+    `input_range` None: the graph's own (a Keras model: read from its layers).
 
     Raises:
         ValueError: see `ServingGraph`.
@@ -529,14 +608,19 @@ def prepare(model, include_preprocessing=False, batch_size=None, scores=None, im
         scores = scores or model.scores
         size = tuple(image_size or model.image_shape[:2])
         dynamic = model.dynamic_size if dynamic_size is None else bool(dynamic_size) and is_dynamic(model.model)
+        model_range = parse_input_range(input_range) or model.model_range
         if (model.include_preprocessing == bool(include_preprocessing) and model.batch_size == batch_size
-                and model.scores == scores and tuple(model.image_shape[:2]) == size and model.dynamic_size == dynamic):
+                and model.scores == scores and tuple(model.image_shape[:2]) == size and model.dynamic_size == dynamic
+                and model.model_range == model_range):
             return model, False
-        graph = ServingGraph(model.model, include_preprocessing, batch_size, scores, size, dynamic)
-        graph.source, graph.source_policy = model.source, model.source_policy
+        graph = ServingGraph(model.model, include_preprocessing, batch_size, scores, size, dynamic, model_range)
+        graph.source, graph.source_policy, graph.class_names = model.source, model.source_policy, model.class_names
+        if model_range == model.model_range:
+            graph.range_source = model.range_source
         return graph, True
     dynamic = True if dynamic_size is None else dynamic_size
-    return ServingGraph(model, include_preprocessing, batch_size, scores or "probabilities", image_size, dynamic), True
+    return ServingGraph(model, include_preprocessing, batch_size, scores or "probabilities", image_size, dynamic,
+                        input_range), True
 
 
 def contains_layer(model, cls):

@@ -10,6 +10,7 @@ import numpy as np
 from keras_vit import _files
 from export.litert_quantization import CALIBRATED as _LITERT_CALIBRATED
 from export.litert_quantization import LITERT_QUANTIZATIONS, missing_package
+from export.input_range import PIXELS, UNIT, scale
 from export.signature import ServingGraph, parse_image_size, prepare
 from export.verify import Artifact, check_artifact, verification_images
 
@@ -74,7 +75,8 @@ def check_quantization(quantization, io_type="float32"):
         raise ValueError(missing)
 
 
-def representative_samples(data, shape, include_preprocessing=False, max_samples=DEFAULT_CALIBRATION_STEPS):
+def representative_samples(data, shape, include_preprocessing=False, max_samples=DEFAULT_CALIBRATION_STEPS,
+                           input_range=None):
     """Returns up to `max_samples` calibration images as float32 `(n, *shape)`.
 
     Args:
@@ -84,8 +86,12 @@ def representative_samples(data, shape, include_preprocessing=False, max_samples
             path of an image folder (one sub-folder per class, read through
             `keras_vit.data.from_directory`). Images must be scaled as the
             artifact's input expects: [-1, 1], or [0, 255] with
-            `include_preprocessing=True` (an image folder is scaled for you).
+            `include_preprocessing=True` or for a model that takes raw pixels
+            (an image folder is scaled for you).
         shape: (height, width, channels) of the model input.
+        input_range: None, or the `(lo, hi)` range the artifact's input takes,
+            which an image folder is scaled to (default: [0, 255] with
+            `include_preprocessing`, else [-1, 1]).
 
     Raises:
         ValueError: no images, images of another shape, values that are not
@@ -98,8 +104,9 @@ def representative_samples(data, shape, include_preprocessing=False, max_samples
         from keras_vit import data as kv_data
 
         data = kv_data.from_directory(data, image_size=shape[:2], channels=shape[2], batch_size=32)
-        if include_preprocessing:
-            data = data.map(lambda x, y: ((x + 1.0) * 127.5, y))
+        target = tuple(input_range) if input_range is not None else (PIXELS if include_preprocessing else UNIT)
+        if target != UNIT:
+            data = data.map(lambda x, y: (scale(x, UNIT, target), y))
     if isinstance(data, tf.data.Dataset):
         chunks, count = [], 0
         for element in data:
@@ -181,6 +188,7 @@ def export_tflite(
     verification_data=None,
     scores=None,
     image_size=None,
+    input_range=None,
 ):
     """Converts `model` to a `.tflite` file with builtin ops only, verified before it lands.
 
@@ -239,23 +247,29 @@ def export_tflite(
             `representative_samples` (tf.data, NumPy or image folder).
         io_type: "float32" (default), "int8" or "uint8" (int8 only).
         metadata: None, or a dict for `export.metadata.write_metadata`
-            (key `labels`: the list of class names).
-        include_preprocessing: bool; True: the input is raw pixels in
-            [0, 255] and the scaling is in the graph.
+            (key `labels`: the list of class names, one per model output;
+            `scores`: default the graph's). `{}` takes the class names the
+            model's head carries (`keras_vit.layers.model_class_names`).
+        include_preprocessing: bool; True: the input, named `pixels`, is raw
+            pixels in [0, 255] and the scaling to the model's range is in the
+            graph.
         batch_size: 1 (default, fixed batch 1) or None (dynamic batch).
         overwrite: bool, replace an existing `path`.
         progress: bool, show a Keras progress bar while calibrating (on a
             terminal only).
         verify: bool, default True; False skips the numeric check (the
             structural checks always run).
-        verification_data: images in [-1, 1] to verify on (same forms as
-            `representative_data`); default: see above.
+        verification_data: images in the range the Keras model takes, to
+            verify on (same forms as `representative_data`); default: see above.
         scores: None (default: "probabilities", or the graph's own when
             `model` is a `ServingGraph`), "probabilities" (a softmax in the
             graph when the head has no activation) or "logits".
         image_size: None, (height, width) in pixels (a model of any
             resolution, or a fixed-size model's own size) or "dynamic"; see
             above and `export.signature.parse_image_size`.
+        input_range: None (default: read from the model's first layers,
+            `export.input_range.model_input_range`) or the range the model
+            takes, one of `export.input_range.RANGES` ("-1,1", "0,1", "0,255").
 
     Returns:
         `path`.
@@ -267,7 +281,8 @@ def export_tflite(
             unknown or refused quantization or io_type; "int8" or
             "int16x8" without, or with empty, representative data; a
             LiteRT Quantizer mode without `litert-quantizer` installed; a
-            model Keras quantised itself.
+            model Keras quantised itself; `metadata` labels that are not one
+            per model output, or none at all (neither given nor in the model).
         FileExistsError: `path` exists and `overwrite` is False.
         RuntimeError: the conversion fails (the message's first line says
             why), or the converted file uses non-builtin (Flex/custom) ops or
@@ -283,18 +298,21 @@ def export_tflite(
     if size == "dynamic":
         check_dynamic_size_quantization(quantization)
     graph, owned = prepare(model, include_preprocessing, batch_size, scores, image_size=None if size == "dynamic" else size,
-                           dynamic_size=size == "dynamic")
+                           dynamic_size=size == "dynamic", input_range=input_range)
     try:
+        if metadata is not None:
+            metadata = _checked_metadata(metadata, graph)
         samples = None
         if quantization in CALIBRATED:
             if representative_data is None:
                 raise ValueError(f"quantization={quantization!r} needs representative_data (calibration images)")
-            samples = representative_samples(representative_data, graph.image_shape, include_preprocessing)
+            samples = representative_samples(representative_data, graph.image_shape, include_preprocessing,
+                                             input_range=graph.input_range)
         check_images = None
         if verification_data is not None:
-            check_images = verification_images(verification_data, graph.image_shape)
+            check_images = scale(verification_images(verification_data, graph.image_shape), graph.model_range, UNIT)
         elif samples is not None:  # real images when there are: calibration images, back in [-1, 1]
-            check_images = samples[:64] / 127.5 - 1.0 if include_preprocessing else samples[:64]
+            check_images = scale(samples[:64], graph.input_range, UNIT)
         _files.check_target(path, overwrite)
         content = convert(graph, quantization, samples, io_type, progress, name=path)
         if metadata is not None:
@@ -302,18 +320,43 @@ def export_tflite(
 
             default_size = graph.image_shape[:2] if graph.dynamic_size else None
             content = write_metadata(content, include_preprocessing=include_preprocessing, default_size=default_size,
-                                     **metadata)
+                                     input_range=graph.input_range, **metadata)
         with _files.staged(path, overwrite) as tmp:
             with open(tmp, "wb") as f:
                 f.write(content)
             if verify:
                 artifact = Artifact(os.path.basename(path), "tflite", tmp, quantization, include_preprocessing,
-                                    dynamic_size=graph.dynamic_size)
+                                    dynamic_size=graph.dynamic_size, input_range=graph.input_range)
                 check_artifact(graph, artifact, check_images)
     finally:
         if owned:
             graph.close()
     return path
+
+
+def _checked_metadata(metadata, graph):
+    """`metadata` with its labels checked against the graph's outputs (or taken from the model) and its scores set.
+
+    Raises:
+        ValueError: `metadata` is not a dict; labels that are not one per
+            output; no labels given and none in the model.
+    """
+    if not isinstance(metadata, dict):
+        raise ValueError(f"`metadata` must be None or a dict such as {{'labels': [...]}}. Received: {metadata!r}")
+    metadata = dict(metadata)
+    labels = metadata.get("labels")
+    if labels is None:
+        labels = graph.class_names
+        if labels is None:
+            raise ValueError(f"`metadata` needs 'labels', one class name per model output ({graph.classes}): the "
+                             "model's head carries no class names (build it with class_names=...)")
+    if isinstance(labels, (str, bytes)) or len(list(labels)) != graph.classes:
+        count = "a string" if isinstance(labels, (str, bytes)) else f"{len(list(labels))} labels"
+        raise ValueError(f"`metadata['labels']` must name each of the model's {graph.classes} outputs; MediaPipe "
+                         f"refuses a file whose label count differs. Received: {count}")
+    metadata["labels"] = [str(label) for label in labels]
+    metadata.setdefault("scores", graph.score_kind)
+    return metadata
 
 
 def convert(graph, quantization="float32", samples=None, io_type="float32", progress=True, name="model"):

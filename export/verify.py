@@ -69,6 +69,7 @@ class Artifact:
     include_preprocessing: bool = False
     scores: str = None  # "probabilities" or "logits"; None: the serving graph's (probabilities for a Keras model)
     dynamic_size: bool = False  # takes any height and width: `verify` checks it at every size of `other_sizes` too
+    input_range: tuple = None  # (lo, hi) its input takes; None: [0, 255] with include_preprocessing, else the model's
 
 
 class VerificationError(RuntimeError):
@@ -83,11 +84,17 @@ def run_artifact(artifact, images):
     return runner(artifact.path, images)
 
 
-def _run_saved_model(path, images):
+def _saved_model_call(path):
+    """The SavedModel's `serving_default` as a function of one image batch (whatever its input is named)."""
     import tensorflow as tf
 
     serve = tf.saved_model.load(path).signatures["serving_default"]
-    return serve(images=tf.constant(images))["predictions"].numpy()
+    (name,) = serve.structured_input_signature[1]
+    return lambda images: serve(**{name: tf.constant(images)})["predictions"].numpy()
+
+
+def _run_saved_model(path, images):
+    return _saved_model_call(path)(images)
 
 
 def _tflite_interpreter(path):
@@ -131,9 +138,10 @@ def _run_onnx(path, images, one_at_a_time=False):
     import onnxruntime
 
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name  # "images", or "pixels" for a file that scales raw pixels itself
     if one_at_a_time:
-        return np.concatenate([session.run(["predictions"], {"images": images[i : i + 1]})[0] for i in range(len(images))])
-    return session.run(["predictions"], {"images": images})[0]
+        return np.concatenate([session.run(["predictions"], {name: images[i : i + 1]})[0] for i in range(len(images))])
+    return session.run(["predictions"], {name: images})[0]
 
 
 def latency_ms(artifact, image):
@@ -146,13 +154,11 @@ def latency_ms(artifact, image):
         import onnxruntime
 
         session = onnxruntime.InferenceSession(artifact.path, providers=["CPUExecutionProvider"])
-        call = lambda: session.run(["predictions"], {"images": image})  # noqa: E731
+        feed = {session.get_inputs()[0].name: image}
+        call = lambda: session.run(["predictions"], feed)  # noqa: E731
     else:
-        import tensorflow as tf
-
-        serve = tf.saved_model.load(artifact.path).signatures["serving_default"]
-        tensor = tf.constant(image)
-        call = lambda: serve(images=tensor)  # noqa: E731
+        serve = _saved_model_call(artifact.path)
+        call = lambda: serve(image)  # noqa: E731
     call()
     times = []
     for _ in range(LATENCY_RUNS):
@@ -179,6 +185,10 @@ def compare(reference, outputs, labels=None):
             in quantised outputs is no flip where Keras' margin is within
             `TIE_MARGIN` x its largest |output|);
         near_tie_flips: flips not counted as decisive;
+        constant_outputs: True if two or more images all got the very same
+            outputs (a file that cannot tell images apart; `failures` fails
+            it in every mode), keras_constant_outputs: the same of the
+            reference;
         with labels: accuracy, keras_accuracy, accuracy_drop (keras - artifact).
 
     Raises:
@@ -192,6 +202,9 @@ def compare(reference, outputs, labels=None):
     diff = np.abs(outputs - reference)[finite]
     scale = float(np.abs(reference).max()) if reference.size else 0.0
     figures = {"nonfinite_outputs": int((~finite).sum())}
+    several = len(outputs) >= 2 and outputs.size
+    figures["constant_outputs"] = bool(several and finite.all() and (outputs == outputs[:1]).all())
+    figures["keras_constant_outputs"] = bool(several and (reference == reference[:1]).all())
     if diff.size:
         figures["max_abs_diff"] = float(diff.max())
         figures["mean_abs_diff"] = float(diff.mean())
@@ -235,6 +248,10 @@ def failures(figures, quantization):
     broken = []
     if figures.get("nonfinite_outputs"):
         broken.append(f"outputs are not finite: {figures['nonfinite_outputs']} NaN/Inf values")
+    if figures.get("constant_outputs"):
+        why = ("the Keras model's too: an untrained model (keras_vit's head starts at zero), or images it cannot tell "
+               "apart" if figures.get("keras_constant_outputs") else "where the Keras model's differ")
+        broken.append(f"outputs are the same for every image ({why}): nothing an app could decide on")
     for key, limit in TOLERANCES[quantization].items():
         value = figures.get(key)
         if key not in figures or (value is None and broken):
@@ -255,20 +272,25 @@ def reference_outputs(model, images, scores=None):
 
     Args:
         model: a Keras model (any dtype policy) or an `export.signature.ServingGraph`.
-        images: float32 `(n, h, w, c)` in [-1, 1].
+        images: float32 `(n, h, w, c)` in [-1, 1], scaled to the range the
+            model takes (the graph's `model_range`; a Keras model's is read
+            by `export.input_range.model_input_range`) before it runs.
         scores: "probabilities", "logits", or None: the graph's own
             (probabilities for a Keras model).
 
     Raises:
         ValueError: the model's head cannot give `scores`.
     """
-    from export.signature import ServingGraph, float32_twin, score_kind, softmax
+    from export.input_range import UNIT, model_input_range, scale
+    from export.signature import ServingGraph, apply_activation, float32_twin, score_kind
 
     if isinstance(model, ServingGraph) and scores in (None, model.scores):
         return model.predict(images)
     twin = model.model if isinstance(model, ServingGraph) else float32_twin(model)
-    outputs = np.asarray(twin.predict(np.asarray(images, dtype="float32"), verbose=0), dtype="float32")
-    return softmax(outputs) if score_kind(twin, scores or "probabilities")[1] else outputs
+    target = model.model_range if isinstance(model, ServingGraph) else model_input_range(twin)[0]
+    x = scale(np.asarray(images, dtype="float32"), UNIT, target).astype("float32")
+    outputs = np.asarray(twin.predict(x, verbose=0), dtype="float32")
+    return apply_activation(outputs, score_kind(twin, scores or "probabilities")[1])
 
 
 def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure_latency=True, mediapipe=True,
@@ -283,9 +305,11 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
         model: the Keras model the artifacts were exported from, or the
             `export.signature.ServingGraph` they were converted from.
         artifacts: list of `Artifact`.
-        images: float32 `(n, height, width, channels)` scaled to [-1, 1] (the
-            Keras model's input); artifacts built with
-            `include_preprocessing` are given (images + 1) * 127.5, raw pixels.
+        images: float32 `(n, height, width, channels)` in [-1, 1] (the
+            exporter's own range, what `keras_vit.data` gives), scaled to the
+            range each artifact takes (`Artifact.input_range`: raw pixels
+            (images + 1) * 127.5 for one built with `include_preprocessing`
+            or from a model that takes [0, 255]) and to the model's own.
         labels: optional int `(n,)` class indices, for accuracy.
         raise_on_failure: bool, default True.
         measure_latency: bool, default True: median batch-1 latency.
@@ -322,7 +346,7 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
         if artifact.scores not in references:
             references[artifact.scores] = reference_outputs(model, images, artifact.scores)
         reference = references[artifact.scores]
-        inputs = (images + 1.0) * 127.5 if artifact.include_preprocessing else images
+        inputs = _artifact_inputs(model, artifact, images)
         row = {
             "name": artifact.name,
             "format": artifact.format,
@@ -366,7 +390,7 @@ def _verify_other_sizes(model, artifact, other_sizes, row):
     for images, labels in other_sizes:
         images = np.asarray(images, dtype="float32")
         size = f"{images.shape[1]}x{images.shape[2]}"
-        inputs = (images + 1.0) * 127.5 if artifact.include_preprocessing else images
+        inputs = _artifact_inputs(model, artifact, images)
         figures = compare(reference_outputs(model, images, artifact.scores), run_artifact(artifact, inputs), labels)
         row["at_sizes"][size] = figures
         row["failures"] += [f"at {size}: {failure}" for failure in failures(figures, artifact.quantization)]
@@ -462,6 +486,26 @@ def check_artifact(graph, artifact, images=None, labels=None):
         hint = f" ({NOISE_HINT.format(argument='verification_data=...')})" if noise and decision_failure(row) else ""
         raise VerificationError(f"{artifact.name}: {'; '.join(row['failures'])}{hint}")
     return row
+
+
+def artifact_range(model, artifact):
+    """The `(lo, hi)` range an artifact's input takes: its own `input_range`, else [0, 255] when it was built with
+    `include_preprocessing`, else the range the model takes (`ServingGraph.model_range`, or read from a Keras model)."""
+    from export.input_range import PIXELS, model_input_range
+    from export.signature import ServingGraph
+
+    if artifact.input_range is not None:
+        return tuple(artifact.input_range)
+    if artifact.include_preprocessing:
+        return PIXELS
+    return model.model_range if isinstance(model, ServingGraph) else model_input_range(model)[0]
+
+
+def _artifact_inputs(model, artifact, images):
+    """Images in [-1, 1] as the artifact takes them, float32."""
+    from export.input_range import UNIT, scale
+
+    return np.asarray(scale(images, UNIT, artifact_range(model, artifact)), dtype="float32")
 
 
 def _score_kind(model, artifact):

@@ -72,3 +72,34 @@ def test_demo_meets_the_readme_quality_bars(tmp_path):
     for row in tflite_rows:
         assert abs(row["mediapipe_accuracy"] - row["keras_accuracy"]) <= 0.01, row
         assert row["mediapipe_max_score_sum_error"] <= 1e-3, row
+
+    # issue 25: the class names keras-vit-train stored travel into every file, and docs/app_contract.md's code runs
+    assert report["labels_source"] == "model" and report["labels"] == [str(d) for d in range(10)]
+    assert rows["model_float32.tflite"]["contract"]["app_preprocessing"] == "feed (p - 127.5) / 127.5 as float32, in [-1, 1]"
+    run_guide(tmp_path, out)
+
+
+def run_guide(tmp_path, out):
+    """Runs docs/app_contract.md's Python blocks in order, in a folder where runs/demo is this run's demo."""
+    import numpy as np
+    from PIL import Image
+
+    guide = open(os.path.join(os.path.dirname(__file__), os.pardir, "docs", "app_contract.md")).read()
+    blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
+    assert len(blocks) == 4
+    work = tmp_path / "guide"
+    (work / "runs").mkdir(parents=True)
+    os.symlink(out, work / "runs" / "demo")
+    digit = np.zeros((16, 16, 3), "uint8")
+    digit[3:13, 7:9] = 255  # a "1"
+    Image.fromarray(digit).save(work / "digit.png")
+    here = os.getcwd()
+    os.chdir(work)
+    try:
+        namespace = {}
+        for block in blocks:
+            exec(compile(block, "docs/app_contract.md", "exec"), namespace)
+    finally:
+        os.chdir(here)
+    assert namespace["keras_vit"].layers.model_class_names(namespace["model"]) == ["cat", "dog", "fox"]
+    assert namespace["info"]["labels"] == [str(d) for d in range(10)]

@@ -56,12 +56,12 @@ def _tiny(classifier_activation=None, include_top=True):
 def test_score_kind_follows_the_head():
     keras.utils.set_random_seed(0)
     logits_head, softmax_head = _tiny(None), _tiny("softmax")
-    assert score_kind(logits_head) == ("probabilities", True)
-    assert score_kind(logits_head, "logits") == ("logits", False)
-    assert score_kind(softmax_head) == ("probabilities", False)
-    assert score_kind(_tiny(include_top=False)) == ("outputs", False)
-    assert score_kind(_tiny("sigmoid")) == ("outputs", False)  # e.g. multi-label: kept as they are
-    assert score_kind(keras.Sequential([keras.Input((8, 8, 3)), logits_head])) == ("probabilities", True)
+    assert score_kind(logits_head) == ("probabilities", "softmax")
+    assert score_kind(logits_head, "logits") == ("logits", None)
+    assert score_kind(softmax_head) == ("probabilities", None)
+    assert score_kind(_tiny(include_top=False)) == ("outputs", None)
+    assert score_kind(_tiny("sigmoid")) == ("outputs", None)  # e.g. multi-label: kept as they are
+    assert score_kind(keras.Sequential([keras.Input((8, 8, 3)), logits_head])) == ("probabilities", "softmax")
     with pytest.raises(ValueError, match=r"applies softmax: its logits are not in the graph.*Received: scores='logits'"):
         score_kind(softmax_head, "logits")
     with pytest.raises(ValueError, match=r"applies 'sigmoid': its logits are not in the graph.*Received: scores='logits'"):

@@ -35,7 +35,7 @@ def test_include_preprocessing(trained_vit, tmp_path):
     model, _, images, _ = trained_vit
     path = export_onnx(model, str(tmp_path / "m.onnx"), include_preprocessing=True)
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    out = session.run(None, {"images": (images[:3] + 1) * 127.5})[0]
+    out = session.run(None, {"pixels": (images[:3] + 1) * 127.5})[0]  # issue 25: its own input name
     np.testing.assert_allclose(out, reference_outputs(model, images[:3]), atol=1e-4)
 
 

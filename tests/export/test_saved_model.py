@@ -34,7 +34,7 @@ def test_include_preprocessing_takes_raw_pixels(trained_vit, tmp_path):
     path = export_saved_model(model, str(tmp_path / "sm"), include_preprocessing=True)
     serve = tf.saved_model.load(path).signatures["serving_default"]
     raw = (images[:4] + 1.0) * 127.5
-    np.testing.assert_allclose(serve(images=tf.constant(raw))["predictions"].numpy(), reference_outputs(model, images[:4]), atol=1e-4)
+    np.testing.assert_allclose(serve(pixels=tf.constant(raw))["predictions"].numpy(), reference_outputs(model, images[:4]), atol=1e-4)
 
 
 def test_existing_output_is_kept_without_overwrite(trained_vit, tmp_path):

@@ -1,0 +1,211 @@
+"""What an app receives from an export: each file's input and output, its class names, and the check that the
+model was fed images in the range it takes.
+
+`artifact_contract` reads a written file (TFLite, ONNX, SavedModel) back and
+says what an app feeds it and gets: the input's name, dtype, shape, whether
+the batch is fixed, the value range, the app's preprocessing, and the
+output's kind and dtype. `label_names` chooses the class names the files
+carry. `check_keras_accuracy` stops an export whose model is fed images in
+the wrong range (issue: a model that takes raw pixels, fed [-1, 1], is at
+chance and so are its files, which then all agree with it).
+"""
+
+import os
+
+import numpy as np
+
+from export.input_range import PIXELS, RANGES, UNIT, describe, scale
+from export.metadata import app_preprocessing
+from export.verify import VerificationError
+
+
+def artifact_contract(path, fmt, graph):
+    """What an app feeds a written artifact and gets back, read from the file itself.
+
+    Args:
+        path: the artifact's file (or SavedModel folder).
+        fmt: "tflite", "onnx" or "saved_model".
+        graph: the `export.signature.ServingGraph` it was made from (the
+            value range and score kind, which a file does not hold).
+
+    Returns:
+        A dict: `input` {name, dtype, shape (None where dynamic), batch
+        ("fixed at 1" or "dynamic"), range ([lo, hi] of the float values;
+        for a uint8 / int8 input the raw pixels' [0, 255]), quantization
+        ([scale, zero_point] of an integer input)}, `output` {name, dtype,
+        kind ("probabilities", "logits" or "outputs")}, and
+        `app_preprocessing`: what the app does to RGB pixels p in [0, 255].
+    """
+    name, dtype, shape, quantization = _read_input(path, fmt)
+    out_name, out_dtype = _read_output(path, fmt)
+    float_range = list(graph.input_range)
+    contract = {
+        "input": {"name": name, "dtype": dtype, "shape": shape,
+                  "batch": "dynamic" if shape and shape[0] is None else "fixed at 1",
+                  "range": float_range if dtype == "float32" else list(PIXELS) if dtype == "uint8" else [-128, 127]},
+        "output": {"name": out_name, "dtype": out_dtype, "kind": graph.score_kind},
+        "app_preprocessing": app_preprocessing(graph.input_range, dtype),
+    }
+    if quantization is not None:
+        contract["input"]["quantization"] = quantization
+    return contract
+
+
+def _read_input(path, fmt):
+    """`(name, dtype, shape, quantization)` of a file's one input; shape has None where it is dynamic."""
+    if fmt == "tflite":
+        details = _tflite_details(path)[0]
+        signature = details.get("shape_signature", details["shape"])
+        shape = [None if int(d) < 0 else int(d) for d in signature]
+        scale_, zero = details["quantization"]
+        dtype = np.dtype(details["dtype"]).name
+        return details["name"], dtype, shape, None if dtype == "float32" else [float(scale_), int(zero)]
+    if fmt == "onnx":
+        import onnx
+
+        model = onnx.load(path, load_external_data=False)
+        value = model.graph.input[0]
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
+        return value.name, dtype, dims, None
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    (name, spec), = serve.structured_input_signature[1].items()
+    return name, spec.dtype.name, [None if d is None else int(d) for d in spec.shape], None
+
+
+def _read_output(path, fmt):
+    if fmt == "tflite":
+        details = _tflite_details(path)[1]
+        return details["name"], np.dtype(details["dtype"]).name
+    if fmt == "onnx":
+        import onnx
+
+        value = onnx.load(path, load_external_data=False).graph.output[0]
+        return value.name, onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    (name, spec), = serve.structured_outputs.items()
+    return name, spec.dtype.name
+
+
+def _tflite_details(path):
+    """`(input details, output details)` of a .tflite file's first input and output (LiteRT)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=path)
+    return interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+
+
+def format_contracts(report):
+    """The report's contracts as a Markdown table: what an app feeds each file and gets back."""
+    rows = ["| artifact | input (dtype, shape) | batch | values | the app's preprocessing of pixels p | output |",
+            "|" + "---|" * 6]
+    for r in report["artifacts"]:
+        c = r.get("contract")
+        if not c:
+            continue
+        i, o = c["input"], c["output"]
+        shape = "x".join("?" if d is None else str(d) for d in i["shape"])
+        values = f"[{i['range'][0]:g}, {i['range'][1]:g}]"
+        rows.append(f"| {r['name']} | `{i['name']}` {i['dtype']} {shape} | {i['batch']} | {values} | "
+                    f"{c['app_preprocessing']} | `{o['name']}` {o['dtype']} {o['kind']} |")
+    return "\n".join(rows)
+
+
+def label_names(labels, class_names, classes, model_names=None):
+    """`(names, source)`: the labels the files carry, and where they came from.
+
+    `source` is "given" (`labels`), "model" (the head's class names),
+    "data" (the calibration data set's) or "numbers" ("0".."n-1").
+
+    Raises:
+        ValueError: a count other than `classes`; a missing labels file; a
+            calibration data set whose class names differ from the model's
+            own (its labels would not mean the model's classes).
+    """
+    if labels is None:
+        if class_names is not None and len(class_names) != classes:
+            raise ValueError(
+                f"the model has {classes} classes but the calibration data set has {len(class_names)} "
+                f"({', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''}); "
+                "export with data of the model's own classes, or pass labels"
+            )
+        if model_names is not None and class_names is not None and list(class_names) != list(model_names):
+            raise ValueError(
+                f"the calibration data set's classes ({', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''}) "
+                f"are not the model's own ({', '.join(model_names[:5])}{', ...' if len(model_names) > 5 else ''}), in "
+                "that order: its labels would not mean the model's classes. Export with a folder of the model's "
+                "classes (one sub-folder each, named as in training), or pass labels (--labels)"
+            )
+        if model_names is not None:
+            return list(model_names), "model"
+        if class_names:
+            return list(class_names), "data"
+        return [str(i) for i in range(classes)], "numbers"
+    if isinstance(labels, (str, os.PathLike)):
+        if not os.path.isfile(labels):
+            raise ValueError(f"labels file not found: {labels!r}")
+        with open(labels) as f:
+            labels = [line.strip() for line in f if line.strip()]
+    labels = list(labels)
+    if len(labels) != classes:
+        raise ValueError(f"the model has {classes} classes but {len(labels)} labels were given")
+    return labels, "given"
+
+
+def check_keras_accuracy(graph, images, labels):
+    """Checks that the Keras model itself decides the labelled verification images; returns warnings (a list).
+
+    A model fed images in the wrong range (one that takes raw pixels, given
+    [-1, 1]) is near chance, and so are its files: every file then agrees
+    with a model that is wrong, and passes. When the model's accuracy on
+    the images is near chance (less than chance + 3 standard deviations of
+    a guess's accuracy, and at least 5 points), it is measured again with
+    the images in each other range of `export.input_range.RANGES`.
+
+    Args:
+        graph: the `export.signature.ServingGraph`.
+        images: float32 `(n, h, w, c)` in [-1, 1]; labels: int `(n,)` or None.
+
+    Returns:
+        [] when the model is fine or there are no labels; else one warning
+        (also printed): the model is near chance under every range.
+
+    Raises:
+        VerificationError: another range makes the model accurate (at least
+            20 points above chance and the range read); names it, and
+            `--input-range` / `input_range`.
+    """
+    if labels is None or len(labels) == 0 or graph.score_kind == "outputs" or graph.classes < 2:
+        return []
+    labels = np.asarray(labels).reshape(-1)
+    chance = 1.0 / graph.classes
+    bar = chance + max(0.05, 3.0 * np.sqrt(chance * (1 - chance) / len(labels)))
+    accuracy = float((graph.predict(images, activation=False).argmax(-1) == labels).mean())
+    if accuracy >= bar:
+        return []
+    tried = {}
+    for name, other in RANGES.items():
+        if other != tuple(graph.model_range):
+            x = scale(scale(images, UNIT, other), graph.model_range, UNIT)  # the model fed `other`
+            tried[name] = float((graph.predict(x, activation=False).argmax(-1) == labels).mean())
+    best = max(tried, key=tried.get)
+    fed = f"fed images in {describe(graph.model_range)} ({graph.range_source})"
+    if tried[best] >= max(bar, chance + 0.2, accuracy + 0.2):
+        raise VerificationError(
+            f"the Keras model itself is only {accuracy:.1%} accurate on the {len(labels)} labelled verification images "
+            f"(chance {chance:.1%}) {fed}, and {tried[best]:.1%} fed {describe(RANGES[best])}: it takes that range. "
+            f"Export with --input-range {best} (input_range={best!r}); nothing was written"
+        )
+    warning = (f"WARNING: the Keras model itself is only {accuracy:.1%} accurate on the {len(labels)} labelled "
+               f"verification images (chance {chance:.1%}) {fed}, and no other input range does better "
+               f"({', '.join(f'{k}: {v:.1%}' for k, v in tried.items())}). Every file is compared with these "
+               "decisions: check that the model is trained, that the images' classes are its own, in its order, "
+               "and the range it takes (--input-range)")
+    print(warning, flush=True)
+    return [warning]
+
+

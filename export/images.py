@@ -1,0 +1,122 @@
+"""Calibration and verification images for an export, from a named source (digits, a folder, TFDS, a dataset)."""
+
+import os
+
+import numpy as np
+
+from export.input_range import UNIT, scale
+from export.signature import ServingGraph, image_shape
+from export.tflite import _images_of
+
+VERIFY_SAMPLES = 512
+SEEDED_SAMPLES = 64
+
+
+def load_data(source, model, max_samples=VERIFY_SAMPLES):
+    """Calibration and verification images for a model from a named data source.
+
+    Args:
+        source: None (a seeded batch of uniform noise in [-1, 1]), "digits"
+            (calibration on the training split, verification on the fixed
+            held-out split), the path of an image folder (80/20 split,
+            seed 0), a TFDS name (splits "train" / "test", read from the
+            local TFDS folder), or a `tf.data.Dataset` of images in [-1, 1]
+            (elements `(images, labels)`, images, or TFDS-style dicts
+            `{"image": ..., "label": ...}`; used for both calibration and
+            verification), in the range the model takes (a `ServingGraph`'s
+            `model_range`; [-1, 1] for a Keras model).
+        model: the model or its `ServingGraph`, for its input size and channels.
+
+    Returns:
+        `(calibration_images, eval_images, eval_labels, class_names)`: float32
+        arrays in [-1, 1] (the exporter's own range, see
+        `export.input_range`); labels and class names None for the seeded
+        batch.
+
+    Raises:
+        ValueError: a source that is none of the above, or yields no images.
+    """
+    import tensorflow as tf
+
+    from keras_vit import data
+
+    height, width, channels = model.image_shape if isinstance(model, ServingGraph) else image_shape(model)
+    common = {"image_size": (height, width), "channels": channels, "batch_size": 64}
+    if source is None:
+        rng = np.random.default_rng(0)
+        images = rng.uniform(-1, 1, (SEEDED_SAMPLES, height, width, channels)).astype("float32")
+        return images, images, None, None
+    if isinstance(source, tf.data.Dataset):
+        images, labels = _take_elements(source, max_samples)
+        if len(images) == 0:
+            raise ValueError("the calibration dataset yielded no images")
+        if images.shape[1:] != (height, width, channels):
+            raise ValueError(f"calibration images must have shape (n, {height}, {width}, {channels}). "
+                             f"Received: images of shape {images.shape}")
+        if isinstance(model, ServingGraph):  # given as the model takes them: to the exporter's [-1, 1]
+            images = scale(images, model.model_range, UNIT).astype("float32")
+        return images, images, labels, None
+    if source == "digits":
+        # unshuffled, like the image-folder split: the same calibration images, so the same int8 file, every run
+        calibration, held_out = data.digits("train", shuffle=False, **common), data.digits("validation", **common)
+    elif os.path.isdir(str(source)):
+        split = {"validation_split": 0.2, "seed": 0, "directory": source}
+        try:
+            calibration = data.from_directory(subset="training", shuffle=False, **split, **common)
+            held_out = data.from_directory(subset="validation", **split, **common)
+        except ValueError as e:  # e.g. too few images for both halves: say why the folder is split at all
+            raise ValueError(f"calibration_data={str(source)!r} (--calibration-data): an image folder is split "
+                             f"80/20 into calibration and verification images, and this one cannot be: {e}") from None
+    elif isinstance(source, str) and _is_tfds_name(source):
+        calibration = data.from_tfds(source, split="train", **common)
+        held_out = data.from_tfds(source, split="test", **common)
+    else:
+        raise ValueError(
+            "calibration data must be 'digits', an existing image folder or a TFDS name; "
+            f"{source!r} is neither an existing folder nor a data set TFDS knows"
+        )
+    cal = _take(calibration, max_samples)[0]
+    eval_images, eval_labels = _take(held_out, max_samples)
+    if len(cal) == 0 or len(eval_images) == 0:
+        raise ValueError(f"the data source {source!r} yielded no images")
+    return cal, eval_images, eval_labels, held_out.class_names
+
+
+def _is_tfds_name(name):
+    """True if TFDS has a builder of that name (its config and version suffixes ignored)."""
+    import tensorflow_datasets as tfds
+
+    return name.split(":")[0].split("/")[0] in tfds.list_builders()
+
+
+def _take_elements(dataset, limit):
+    """Images (float32) and labels (or None) of the first `limit` examples of any dataset layout."""
+    images, labels, count = [], [], 0
+    for element in dataset:
+        batch = np.asarray(_images_of(element), dtype="float32")
+        label = element.get("label") if isinstance(element, dict) else (
+            element[1] if isinstance(element, (tuple, list)) and len(element) > 1 else None)
+        if batch.ndim == 3:
+            batch, label = batch[None], None if label is None else np.asarray(label).reshape(1)
+        images.append(batch)
+        labels.append(None if label is None else np.asarray(label).reshape(-1))
+        count += len(batch)
+        if count >= limit:
+            break
+    if not images:
+        return np.zeros((0,), "float32"), None
+    labels = None if any(label is None for label in labels) else np.concatenate(labels)[:limit]
+    return np.concatenate(images)[:limit], labels
+
+
+def _take(dataset, limit):
+    images, labels, count = [], [], 0
+    for x, y in dataset:
+        images.append(x.numpy())
+        labels.append(y.numpy())
+        count += len(x)
+        if count >= limit:
+            break
+    if not images:
+        return np.zeros((0,)), np.zeros((0,), "int32")
+    return np.concatenate(images)[:limit], np.concatenate(labels)[:limit]

@@ -1,0 +1,233 @@
+"""The pixel range a model takes, read from its first layers, and the scaling between ranges.
+
+A keras_vit ViT takes images scaled to [-1, 1] (`keras_vit.preprocess_input`,
+the published checkpoints' convention). A model that scales its own input
+takes raw pixels instead: built with `include_preprocessing=True` (a first
+`Rescaling(1 / 127.5, offset=-1)`), or the `keras.applications` habit of
+`x = keras_vit.preprocess_input(inputs)`, a `keras.layers.Rescaling` or a
+`keras.layers.Normalization` before the ViT. `model_input_range` reads that
+from the model's first layers, so the exporter feeds calibration and
+verification images, and tells the app (TFLite metadata, report), in the
+range the model was trained on.
+
+Inside the exporter every image is held in [-1, 1] (what the data pipelines
+of `keras_vit.data` give) and scaled with `scale` where a model or an artifact
+takes another range.
+"""
+
+import math
+
+# The ranges a model or an artifact can take, by the name `--input-range` uses.
+RANGES = {"-1,1": (-1.0, 1.0), "0,1": (0.0, 1.0), "0,255": (0.0, 255.0)}
+UNIT = RANGES["-1,1"]  # keras_vit's own range (keras_vit.preprocess_input), the exporter's images
+PIXELS = RANGES["0,255"]  # raw 8-bit pixels, what cameras and image files give
+# Layers that keep pixel values as they are at inference (augmentation is off; resizing and cropping keep the range).
+_VALUE_PRESERVING = ("Resizing", "CenterCrop", "Cropping2D", "ZeroPadding2D", "Identity", "Dropout")
+_MODELS = ("Functional", "Sequential", "Model")
+
+
+def range_name(value):
+    """`(lo, hi)` as the text `--input-range` takes and reports print, e.g. "0,255"."""
+    return ",".join(f"{v:g}" for v in value)
+
+
+def describe(value):
+    """`(lo, hi)` in words, e.g. "[0, 255] (raw pixels)"."""
+    words = {UNIT: " (keras_vit.preprocess_input's scaling)", PIXELS: " (raw pixels)", RANGES["0,1"]: " (pixels / 255)"}
+    return f"[{value[0]:g}, {value[1]:g}]{words.get(tuple(value), '')}"
+
+
+def parse_input_range(value, argument="input_range"):
+    """Checks an input range: None (read it from the model), "-1,1", "0,1", "0,255" or a `(lo, hi)` pair of these.
+
+    Raises:
+        ValueError: anything else; names `argument` and the choices.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        key = value.replace(" ", "").replace("[", "").replace("]", "").replace(":", ",")
+        if key in RANGES:
+            return RANGES[key]
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        try:
+            pair = (float(value[0]), float(value[1]))
+        except (TypeError, ValueError):
+            pair = None
+        if pair in RANGES.values():
+            return pair
+    raise ValueError(f"{argument} must be one of {', '.join(RANGES)} (the pixel range the model takes: 0,255 for a "
+                     f"model that scales raw pixels itself). Received: {argument}={value!r}")
+
+
+def scale(images, source, target):
+    """`images` mapped affinely from range `source` to range `target` (NumPy arrays and tensors alike).
+
+    Written so that [-1, 1] <-> [0, 255] is exactly `(x + 1) * 127.5` and
+    `x / 127.5 - 1`, the scaling of `keras_vit.preprocess_input`.
+    """
+    source, target = tuple(source), tuple(target)
+    if source == target:
+        return images
+    x = images - source[0] if source[0] else images
+    ratio = (target[1] - target[0]) / (source[1] - source[0])
+    x = x * ratio if ratio >= 1 else x / ((source[1] - source[0]) / (target[1] - target[0]))
+    return x + target[0] if target[0] else x
+
+
+def model_input_range(model):
+    """The pixel range a model takes, read from its first layers, and how it was read.
+
+    Follows the model's graph from its image input through the layers that
+    scale pixels, into nested models (e.g. `keras.Sequential([Rescaling,
+    vit])`, or a keras_vit ViT built with `include_preprocessing=True`),
+    until the first layer that is not one of them (keras_vit's `Patches`,
+    `ImageSizeCheck`, the hybrid's stem):
+    `keras.layers.Rescaling`, `keras.layers.Normalization` (its adapted mean
+    and variance), the `keras.ops` arithmetic with constants that
+    `keras_vit.preprocess_input` and `keras.applications`' preprocessing
+    put into a functional model (divide, multiply, add, subtract), and
+    layers that keep values (augmentation, resizing, cropping). Their
+    composition is an affine map `x -> a x + b`. Without any, the model
+    takes keras_vit's [-1, 1]. Else it takes the range of `RANGES` from
+    which that map reaches a spread closest to [-1, 1]'s (width 2, on a log
+    scale): x / 127.5 - 1 and x / 255 both mean [0, 255]; `Normalization`
+    adapted on pixels in [0, 255] (mean ~120, std ~60) too, adapted on
+    [0, 1] images [0, 1].
+
+    A subclassed model, or a first layer that is none of those (a `Lambda`,
+    a custom layer) ends the walk: what was read so far counts. Pass the
+    range to the exporter (`input_range=`, `--input-range`) where it cannot
+    be read; `export_all` also checks the model's accuracy on labelled
+    verification images, which catches a wrong range.
+
+    Args:
+        model: a Keras model with one image input.
+
+    Returns:
+        `(range, how)`: `range` a `(lo, hi)` tuple of `RANGES`; `how` a
+        short text naming the layers read, for messages and the report.
+    """
+    found = []
+    a, b = _walk(model, 1.0, 0.0, found)
+    if not found:
+        return UNIT, "no pixel-scaling layer before the ViT: it takes keras_vit's [-1, 1]"
+    best = min(RANGES.values(), key=lambda r: abs(math.log(max(abs(a) * (r[1] - r[0]), 1e-12) / 2.0)))
+    return best, f"read from its first layers ({', '.join(found)}: x -> {a:.6g} x + {b:.6g})"
+
+
+def _walk(model, a, b, found):
+    """Composes the pixel-scaling layers at the start of `model` onto `x -> a x + b`; appends their names to `found`."""
+    try:
+        config = model.get_config()
+    except Exception:  # a subclassed model: nothing to read
+        return a, b
+    if not isinstance(config, dict) or not isinstance(config.get("layers"), list):
+        return a, b
+    layers = config["layers"]
+    if "input_layers" in config:  # functional: follow the single consumer of the current tensor
+        inputs = config["input_layers"]
+        if len(inputs) != 1 and not (len(inputs) == 3 and isinstance(inputs[0], str)):
+            return a, b
+        current = inputs[0] if isinstance(inputs[0], str) else inputs[0][0]
+        chain = []
+        while True:
+            consumers = [entry for entry in layers if _reads(entry, current)]
+            if len(consumers) != 1:
+                break
+            chain.append(consumers[0])
+            current = consumers[0]["name"]
+            if consumers[0]["class_name"] in _MODELS:
+                break
+    else:  # Sequential: the list is the chain
+        chain = [entry for entry in layers if entry.get("class_name") != "InputLayer"]
+    for entry in chain:
+        step = _affine(model, entry, found)
+        if step is None:
+            break
+        if step == "nested":
+            return _walk(_layer(model, entry), a, b, found)
+        s, o = step
+        a, b = s * a, s * b + o
+    return a, b
+
+
+def _reads(entry, name):
+    """True if a serialised functional layer's first node reads the output of layer `name`."""
+    nodes = entry.get("inbound_nodes") or []
+    if not nodes:
+        return False
+    args = nodes[0].get("args", []) if isinstance(nodes[0], dict) else []
+    return any(isinstance(arg, dict) and arg.get("class_name") == "__keras_tensor__"
+               and arg["config"]["keras_history"][0] == name for arg in args)
+
+
+def _layer(model, entry):
+    name = entry.get("name") or entry.get("config", {}).get("name")
+    return model.get_layer(name)
+
+
+def _constant(entry):
+    """`(value, tensor_first)` of a two-argument op with one plain number, or None."""
+    nodes = entry.get("inbound_nodes") or [{}]
+    args = nodes[0].get("args", []) if isinstance(nodes[0], dict) else []
+    if len(args) != 2:
+        return None
+    numbers = [arg for arg in args if isinstance(arg, (int, float)) and not isinstance(arg, bool)]
+    if len(numbers) != 1:
+        return None
+    return float(numbers[0]), not isinstance(args[0], (int, float))
+
+
+def _affine(model, entry, found):
+    """`(scale, offset)` of one serialised layer or op, "nested" for a model, or None where the walk ends."""
+    import numpy as np
+
+    kind = entry.get("class_name")
+    name = entry.get("name") or entry.get("config", {}).get("name")
+    if kind in _MODELS or (kind not in ("Rescaling", "Normalization") and hasattr(_safe_layer(model, name), "layers")):
+        return "nested"
+    if kind == "Rescaling":
+        layer = _layer(model, entry)
+        s, o = np.mean(np.asarray(layer.scale, "float64")), np.mean(np.asarray(layer.offset, "float64"))
+        found.append(f"{name} (Rescaling)")
+        return float(s), float(o)
+    if kind == "Normalization":
+        layer = _layer(model, entry)
+        mean, variance = getattr(layer, "mean", None), getattr(layer, "variance", None)
+        if mean is None or variance is None:
+            return None
+        mean = np.asarray(mean, "float64").reshape(-1)
+        std = np.sqrt(np.maximum(np.asarray(variance, "float64").reshape(-1), 1e-12))
+        found.append(f"{name} (Normalization)")
+        if getattr(layer, "invert", False):
+            return float(std.mean()), float(mean.mean())
+        return float((1 / std).mean()), float((-mean / std).mean())
+    if kind in ("TrueDivide", "Divide", "Multiply", "Add", "Subtract"):
+        constant = _constant(entry)
+        if constant is None:
+            return None
+        c, tensor_first = constant
+        if kind in ("TrueDivide", "Divide"):
+            if not tensor_first or c == 0:
+                return None
+            step = (1 / c, 0.0)
+        elif kind == "Multiply":
+            step = (c, 0.0)
+        elif kind == "Add":
+            step = (1.0, c)
+        else:
+            step = (1.0, -c) if tensor_first else (-1.0, c)
+        sign = {"TrueDivide": "/", "Divide": "/", "Multiply": "*", "Add": "+", "Subtract": "-"}[kind]
+        found.append(f"{name} (x {sign} {c:g})" if tensor_first else f"{name} ({c:g} {sign} x)")
+        return step
+    if kind in _VALUE_PRESERVING or (isinstance(kind, str) and kind.startswith("Random")):
+        return 1.0, 0.0
+    return None
+
+
+def _safe_layer(model, name):
+    try:
+        return model.get_layer(name)
+    except ValueError:  # an op: not a layer
+        return None

@@ -1,0 +1,261 @@
+"""Issue 25: what an app receives. The input range a model takes, its class names, one-logit heads, constant outputs,
+and each file's contract (input name, dtype, range, batch; output; the app's preprocessing)."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+import keras_vit
+from export import export_all, export_tflite
+from export.input_range import PIXELS, UNIT, model_input_range, parse_input_range, scale
+from export.metadata import read_metadata
+from export.pipeline import artifact_file
+from export.signature import ServingGraph, score_kind
+from export.verify import VerificationError, compare, failures
+from keras_vit import data, training
+
+pytestmark = pytest.mark.export
+TINY = dict(patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64, input_shape=(16, 16, 3))
+NAMES = [str(d) for d in range(10)]
+
+
+@keras.saving.register_keras_serializable(package="tests")
+class PixelScale(keras.layers.Layer):
+    """A user's own scaling layer (x / 127.5 - 1) that the exporter cannot read: the accuracy check must catch it."""
+
+    def call(self, x):
+        return x / 127.5 - 1.0
+
+
+def _trained_copy(trained_vit, class_names=None):
+    """A ViT of the shared tiny model's configuration holding its trained weights, with a head of class names."""
+    vit = keras_vit.VisionTransformer(**TINY, classes=10, classifier_activation=None, class_names=class_names)
+    vit.set_weights(trained_vit[0].get_weights())
+    return vit
+
+
+def _pixel_digits(split, batch_size=64, **kwargs):
+    """The digits as raw pixels in [0, 255], as a user's raw-pixel pipeline gives them."""
+    return data.digits(split, image_size=16, batch_size=batch_size, **kwargs).map(lambda x, y: ((x + 1.0) * 127.5, y))
+
+
+def _write_folder(root, images, labels):
+    """uint8 PNG files, one sub-folder per class name: a user's image folder."""
+    for i, (image, label) in enumerate(zip(images, labels)):
+        folder = os.path.join(root, NAMES[int(label)])
+        os.makedirs(folder, exist_ok=True)
+        Image.fromarray(np.asarray(image, "uint8")).save(os.path.join(folder, f"{i:04d}.png"))
+    return str(root)
+
+
+def test_input_range_is_read_from_the_first_layers():
+    vit = keras_vit.VisionTransformer(**TINY, classes=4)
+    assert model_input_range(vit)[0] == UNIT
+    assert model_input_range(keras_vit.VisionTransformer(**TINY, classes=4, include_preprocessing=True))[0] == PIXELS
+    inputs = keras.Input((16, 16, 3))
+    habit = keras.Model(inputs, vit(keras_vit.preprocess_input(inputs)))  # keras.applications' habit: ops, not layers
+    assert model_input_range(habit) == (PIXELS, "read from its first layers (true_divide (x / 127.5), subtract (x - 1): "
+                                                "x -> 0.00784314 x + -1)")
+    seq = lambda *layers: keras.Sequential([keras.Input((16, 16, 3)), *layers, vit])  # noqa: E731
+    assert model_input_range(seq(keras.layers.Rescaling(1 / 255)))[0] == PIXELS
+    assert model_input_range(seq(keras.layers.Rescaling(2.0, offset=-1.0)))[0] == (0.0, 1.0)
+    assert model_input_range(seq(keras.layers.RandomFlip(), keras.layers.Rescaling(1 / 127.5, offset=-1)))[0] == PIXELS
+    imagenet = keras.layers.Normalization(mean=[123.7, 116.3, 103.5], variance=[58.4 ** 2, 57.1 ** 2, 57.4 ** 2])
+    assert model_input_range(seq(imagenet))[0] == PIXELS
+    unit = keras.layers.Normalization(mean=[0.485, 0.456, 0.406], variance=[0.229 ** 2, 0.224 ** 2, 0.225 ** 2])
+    assert model_input_range(seq(unit))[0] == (0.0, 1.0)
+    assert model_input_range(seq(PixelScale()))[0] == UNIT  # unreadable: the default, caught by the accuracy check
+    assert parse_input_range("0,255") == PIXELS and parse_input_range("[-1, 1]") == UNIT
+    with pytest.raises(ValueError, match=r"input_range must be one of -1,1, 0,1, 0,255 .*Received: input_range='0-255'"):
+        parse_input_range("0-255")
+    x = np.array([-1.0, 0.0, 1.0], "float32")
+    np.testing.assert_array_equal(scale(x, UNIT, PIXELS), (x + 1) * np.float32(127.5))
+    np.testing.assert_array_equal(scale(scale(x, UNIT, PIXELS), PIXELS, UNIT), x)
+
+
+def test_builder_include_preprocessing_and_class_names(tmp_path):
+    model = keras_vit.VisionTransformer(**TINY, classes=3, include_preprocessing=True, class_names=["a", "b", "c"])
+    assert [layer.name for layer in model.layers][:3] == ["images", "rescaling", "patches"]
+    assert model.count_params() == keras_vit.VisionTransformer(**TINY, classes=3).count_params()
+    pixels = np.random.default_rng(0).integers(0, 256, (2, 16, 16, 3)).astype("float32")
+    plain = keras_vit.VisionTransformer(**TINY, classes=3)
+    plain.set_weights(model.get_weights())
+    np.testing.assert_allclose(model.predict(pixels, verbose=0), plain.predict(pixels / 127.5 - 1, verbose=0), atol=1e-6)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert keras_vit.layers.model_class_names(loaded) == ["a", "b", "c"]
+    assert keras_vit.layers.model_class_names(keras_vit.resize(loaded, (None, None, 3))) == ["a", "b", "c"]
+    assert isinstance(loaded.get_layer("predictions"), keras.layers.Dense)
+    with pytest.raises(ValueError, match=r"`class_names` must name each of the head's 3 classes. Received: 2 names"):
+        keras_vit.VisionTransformer(**TINY, classes=3, class_names=["a", "b"])
+    with pytest.raises(ValueError, match=r"`class_names` must be distinct. Received: 'a' more than once"):
+        keras_vit.VisionTransformer(**TINY, classes=2, class_names=["a", "a"])
+    with pytest.raises(ValueError, match=r"needs include_top=True"):
+        keras_vit.VisionTransformer(**TINY, include_top=False, class_names=["a"])
+    with pytest.raises(ValueError, match=r"`include_preprocessing` must be True or False"):
+        keras_vit.VisionTransformer(**TINY, include_preprocessing="yes")
+
+
+@pytest.mark.slow
+def test_raw_pixel_habit_model_end_to_end(trained_vit, tmp_path):
+    """The keras.applications habit: preprocess_input inside the model, trained on raw pixels, exported with a folder
+    of the user's PNG images, right in LiteRT fed raw pixels and in MediaPipe fed the PNG files."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from export.mediapipe_check import classify
+
+    keras.utils.set_random_seed(1)
+    vit = _trained_copy(trained_vit, class_names=NAMES)
+    inputs = keras.Input((16, 16, 3))
+    model = keras.Model(inputs, vit(keras_vit.preprocess_input(inputs)), name="habit")
+    train = _pixel_digits("train", seed=1)
+    training.compile_model(model, total_steps=2 * int(train.cardinality()), learning_rate=5e-4)
+    model.fit(train, epochs=2, verbose=0)  # training on raw pixels
+    pixels, labels = (np.concatenate(a) for a in zip(*[(x.numpy(), y.numpy()) for x, y in _pixel_digits("validation")]))
+    pixels = np.rint(pixels)
+    keras_top = model.predict(pixels, verbose=0).argmax(-1)
+    assert (keras_top == labels).mean() > 0.85
+    model.save(tmp_path / "habit.keras")
+    folder = _write_folder(tmp_path / "photos", pixels, labels)
+
+    report = export_all(keras.saving.load_model(tmp_path / "habit.keras"), str(tmp_path / "out"),
+                        formats="tflite", quantizations="float32,int8", calibration_data=folder, measure_latency=False)
+    assert report["model_input_range"] == [0.0, 255.0] and report["input_range"] == [0.0, 255.0]
+    assert report["labels"] == NAMES and report["labels_source"] == "model"
+    assert all(r["passed"] for r in report["artifacts"])
+    keras_accuracy = report["artifacts"][0]["keras_accuracy"]
+    assert keras_accuracy > 0.85  # fed [0, 255]: chance would be 0.1
+    for name in ("model_float32.tflite", "model_int8.tflite"):
+        path = str(tmp_path / "out" / name)
+        assert read_metadata(path)["labels"] == NAMES
+        interpreter = Interpreter(model_path=path)
+        interpreter.allocate_tensors()
+        detail = interpreter.get_input_details()[0]
+        tops = []
+        for image in pixels:  # raw pixels, as the contract says
+            interpreter.set_tensor(detail["index"], image[None].astype("float32"))
+            interpreter.invoke()
+            tops.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]).argmax())
+        assert (np.array(tops) == keras_top).mean() >= 0.97, name
+        contract = next(r for r in report["artifacts"] if r["name"] == name)["contract"]
+        assert contract["input"]["range"] == [0.0, 255.0] and contract["input"]["batch"] == "fixed at 1"
+        assert contract["app_preprocessing"].startswith("feed the RGB pixels as float32 as they are")
+        description = read_metadata(path)["metadata"]["subgraph_metadata"][0]["input_tensor_metadata"][0]
+        assert "as they are" in description["description"]
+        files = sorted(os.path.join(d, f) for d, _, fs in os.walk(folder) for f in fs)[:60]
+        truth = [NAMES.index(os.path.basename(os.path.dirname(f))) for f in files]
+        frames = [np.asarray(Image.open(f).convert("RGB")) for f in files]
+        assert (classify(path, frames, 10).argmax(-1) == np.array(truth)).mean() > 0.85, name
+
+
+def test_unreadable_range_is_caught_by_the_models_own_accuracy(trained_vit, tmp_path):
+    inputs = keras.Input((16, 16, 3))
+    model = keras.Model(inputs, _trained_copy(trained_vit)(PixelScale()(inputs)))
+    with pytest.raises(VerificationError, match=r"only \d+\.\d% accurate .* fed images in \[-1, 1\].*and \d+\.\d% fed "
+                                                r"\[0, 255\] \(raw pixels\): it takes that range. Export with "
+                                                r"--input-range 0,255"):
+        export_all(model, str(tmp_path / "refused"), formats="tflite", quantizations="float32", calibration_data="digits",
+                   measure_latency=False, mediapipe=False)
+    assert not os.path.exists(tmp_path / "refused")  # a refused export leaves no empty folder
+    report = export_all(model, str(tmp_path / "out"), formats="tflite", quantizations="float32", calibration_data="digits",
+                        measure_latency=False, mediapipe=False, input_range="0,255")
+    assert report["artifacts"][0]["keras_accuracy"] > 0.85 and report["model_input_range_source"].startswith("given")
+
+
+def test_untrained_model_warns_loudly(tmp_path, capsys):
+    keras.utils.set_random_seed(0)
+    model = keras_vit.VisionTransformer(**TINY, classes=10, classifier_activation=None)
+    head = model.get_layer("predictions")
+    head.set_weights([np.random.default_rng(1).normal(0, 0.5, w.shape).astype("float32") for w in head.get_weights()])
+    report = export_all(model, str(tmp_path / "out"), formats="saved_model", calibration_data="digits",
+                        measure_latency=False)
+    assert len(report["warnings"]) == 1 and "WARNING: the Keras model itself is only" in capsys.readouterr().out
+    assert "no other input range does better" in report["warnings"][0]
+
+
+def test_class_names_travel_from_the_model(trained_vit, tmp_path, capsys):
+    names = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    report = export_all(_trained_copy(trained_vit, class_names=names), str(tmp_path / "named"), formats="tflite",
+                        quantizations="float32", measure_latency=False, mediapipe=False)
+    assert report["labels_source"] == "model"
+    assert read_metadata(str(tmp_path / "named" / "model_float32.tflite"))["labels"] == names
+    assert (tmp_path / "named" / "labels.txt").read_text().split() == names
+    capsys.readouterr()
+    report = export_all(trained_vit[0], str(tmp_path / "numbers"), formats="saved_model", measure_latency=False)
+    assert report["labels_source"] == "numbers"
+    assert "the model holds no class names: labels.txt and the .tflite files name its 10 classes 0..9" in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"the calibration data set's classes \(0, 1, 2, 3, 4, \.\.\.\) are not the "
+                                         r"model's own \(zero, one, two, three, four, \.\.\.\)"):
+        export_all(_trained_copy(trained_vit, class_names=names), str(tmp_path / "mismatch"), formats="saved_model",
+                   calibration_data="digits", measure_latency=False)
+
+
+def test_export_tflite_refuses_a_label_count_other_than_the_outputs(trained_vit, tmp_path):
+    with pytest.raises(ValueError, match=r"`metadata\['labels'\]` must name each of the model's 10 outputs; MediaPipe "
+                                         r"refuses a file whose label count differs. Received: 4 labels"):
+        export_tflite(trained_vit[0], str(tmp_path / "m.tflite"), metadata={"labels": ["a", "b", "c", "d"]})
+    assert not os.listdir(tmp_path)
+    with pytest.raises(ValueError, match=r"the model's head carries no class names"):
+        export_tflite(trained_vit[0], str(tmp_path / "m.tflite"), metadata={})
+    export_tflite(_trained_copy(trained_vit, class_names=NAMES), str(tmp_path / "m.tflite"), metadata={})
+    assert read_metadata(str(tmp_path / "m.tflite"))["labels"] == NAMES
+
+
+def test_one_logit_head_gets_a_sigmoid_and_constant_outputs_fail(tmp_path):
+    from export.verify import _run_tflite
+
+    keras.utils.set_random_seed(0)
+    binary = keras_vit.VisionTransformer(**TINY, classes=1, classifier_activation=None)
+    head = binary.get_layer("predictions")
+    head.set_weights([np.random.default_rng(2).normal(0, 1.0, w.shape).astype("float32") for w in head.get_weights()])
+    assert score_kind(binary) == ("probabilities", "sigmoid")
+    x = np.random.default_rng(0).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
+    path = export_tflite(binary, str(tmp_path / "binary.tflite"), metadata={"labels": ["cat"]})
+    logits = binary.predict(x, verbose=0).astype("float64")
+    np.testing.assert_allclose(_run_tflite(path, x), 1 / (1 + np.exp(-logits)), atol=1e-5)
+    assert np.ptp(_run_tflite(path, x)) > 0.05  # not 1.0 for every image, as a softmax over one logit was
+    with pytest.raises(ValueError, match=r"applies softmax to a single output, which is 1.0 for every image"):
+        ServingGraph(keras_vit.VisionTransformer(**TINY, classes=1))
+    reference = np.random.default_rng(3).normal(size=(5, 3))
+    figures = compare(reference, np.ones((5, 3)) / 3)
+    assert figures["constant_outputs"] and not figures["keras_constant_outputs"]
+    assert any(f.startswith("outputs are the same for every image (where the Keras model's differ)")
+               for f in failures(figures, "float32"))
+    untrained = compare(np.full((5, 3), 1 / 3), np.full((5, 3), 1 / 3))
+    assert "an untrained model" in failures(untrained, "float32")[0]
+
+
+def test_include_preprocessing_files_have_their_own_names_and_input(trained_vit, tmp_path):
+    from ai_edge_litert.interpreter import Interpreter
+    import onnxruntime
+
+    assert artifact_file("tflite", "int8", pixels=True) == "model_int8_pixels.tflite"
+    assert artifact_file("onnx", "float32", pixels=True) == "model_pixels.onnx"
+    report = export_all(trained_vit[0], str(tmp_path / "out"), formats="tflite,onnx", quantizations="float32,int8",
+                        int8_io_type="uint8", calibration_data="digits", include_preprocessing=True,
+                        measure_latency=False, mediapipe=False)
+    assert sorted(os.listdir(tmp_path / "out")) == ["labels.txt", "model_float32_pixels.tflite",
+                                                    "model_int8_pixels.tflite", "model_pixels.onnx", "report.json"]
+    assert all(r["passed"] for r in report["artifacts"])
+    path = str(tmp_path / "out" / "model_float32_pixels.tflite")
+    assert Interpreter(model_path=path).get_input_details()[0]["name"] == "serving_default_pixels:0"
+    assert onnxruntime.InferenceSession(str(tmp_path / "out" / "model_pixels.onnx")).get_inputs()[0].name == "pixels"
+    uint8 = read_metadata(str(tmp_path / "out" / "model_int8_pixels.tflite"))["metadata"]
+    description = uint8["subgraph_metadata"][0]["input_tensor_metadata"][0]["description"]
+    assert "feed the uint8 RGB pixels as they are" in description and "is applied by the app" not in description
+    rows = {r["name"]: r["contract"] for r in json.loads((tmp_path / "out" / "report.json").read_text())["artifacts"]}
+    assert rows["model_int8_pixels.tflite"]["input"]["dtype"] == "uint8"
+    assert rows["model_pixels.onnx"]["input"]["batch"] == "dynamic"
+    assert rows["model_pixels.onnx"]["output"] == {"name": "predictions", "dtype": "float32", "kind": "probabilities"}
+
+
+def test_default_metadata_says_how_to_scale(trained_vit, tmp_path):
+    path = export_tflite(trained_vit[0], str(tmp_path / "m.tflite"), metadata={"labels": NAMES})
+    tensor = read_metadata(path)["metadata"]["subgraph_metadata"][0]["input_tensor_metadata"][0]
+    assert "feed (p - 127.5) / 127.5 as float32, in [-1, 1]" in tensor["description"]
+    options = tensor["process_units"][0]["options"]
+    assert options["mean"] == [127.5] and options["std"] == [127.5]
