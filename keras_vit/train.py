@@ -49,15 +49,15 @@ import time
 from keras_vit import _console, _files, _init_from
 from keras_vit._backend import backend
 from keras_vit._run_files import (
-    _RUN_FILE,
     _atomic_write,
     _backed_up_epoch,
     _check_backup_dir,
     _check_output_dir,
     _check_resumable,
+    _discard_run_file,
     _has_backup,
     _plot_history,
-    _run_config,
+    _run_file_writer,
     _write_json,
 )
 
@@ -350,18 +350,23 @@ def _fit(model, train, val, args, strategy, chief):
     # it sees the same images in the same order as an uninterrupted run. Creating an iterator is what moves a
     # tf.data reshuffle on (no data is read), and Keras 3.15's fit creates two per epoch (docs/traps.md).
     done = _backed_up_epoch(backup_dir)
+    callbacks = [backup]
+    created = not os.path.isdir(backup_dir)
     if _has_backup(backup_dir):
         print(f"resuming the interrupted run backed up in {backup_dir}: {done} of {args.epochs} epochs done",
               flush=True)
-    else:
-        os.makedirs(backup_dir, exist_ok=True)
-        _write_json(os.path.join(backup_dir, _RUN_FILE), _run_config(args))
+    else:  # run.json, the flags the backup belongs to, is written once the first step has run, before any backup
+        callbacks.insert(0, _run_file_writer(backup_dir, args))
     for _ in range(_ITERATORS_PER_EPOCH * done):
         iter(train)
     start = time.perf_counter()
-    # The pipeline shuffles with --seed; Keras' own shuffle does not apply to tf.data.
-    history = model.fit(train, validation_data=val, epochs=args.epochs, verbose=args.verbose, shuffle=False,
-                        callbacks=[backup])
+    try:
+        # The pipeline shuffles with --seed; Keras' own shuffle does not apply to tf.data.
+        history = model.fit(train, validation_data=val, epochs=args.epochs, verbose=args.verbose, shuffle=False,
+                            callbacks=callbacks)
+    except BaseException:  # failed (or SIGTERM) before the first backup: no run.json left without one
+        _discard_run_file(backup_dir, created)
+        raise
     train_time = time.perf_counter() - start
     return {k: [float(v) for v in vals] for k, vals in history.history.items()}, train_time
 
@@ -529,12 +534,21 @@ def _cli(parser, argv, run_fn, summary):
     except Exception as e:  # a file of the data set that TensorFlow cannot decode
         if type(e).__name__ != "InvalidArgumentError":
             raise
-        first = str(e).strip().splitlines()[0][:300]
-        parser.exit(2, f"{parser.prog}: error: the data could not be read: {first}\n")
+        parser.exit(2, f"{parser.prog}: error: the data could not be read: {_op_error_line(e)[:300]}\n")
     finally:
         keras.config.set_dtype_policy(previous_policy)
     print(summary(args, metrics))
     return 0
+
+
+def _op_error_line(error):
+    """The line of a TensorFlow error that says what failed: in a "Graph execution error", the one before the op's
+    `[[{{node ...}}]]` (e.g. "a bad record : Tensor had NaN values"), else the first."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    for before, line in zip(lines, lines[1:]):
+        if line.startswith("[[") and not before.startswith(("[[", "File ")):
+            return before
+    return lines[0] if lines else type(error).__name__
 
 
 if __name__ == "__main__":

@@ -106,8 +106,36 @@ def test_undecodable_image_is_a_clear_error(tmp_path, capsys):
         train.main([*TINY, "--image-folder", str(tmp_path / "photos"), "--output-dir", str(tmp_path / "run"), "--batch-size", "4"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "the data could not be read:" in err and "Traceback" not in err
-    assert not (tmp_path / "run" / "model.keras").exists()
+    junk = tmp_path / "photos" / "china" / "junk.jpg"
+    assert f"error: the image file {str(junk)!r} (18 bytes) cannot be read: Unknown image file format" in err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()  # refused before training: no backup/ either
+
+
+def test_a_run_that_fails_in_its_first_step_leaves_no_run_file(tmp_path, monkeypatch, capsys):
+    """backup/run.json says which run a backup belongs to: one that never trained must leave none behind."""
+    import tensorflow as tf
+
+    load = train._load_data
+
+    def failing(args, image_size, batch_size):  # the first batch fails inside fit, as a bad TFDS record would
+        good, val = load(args, image_size, batch_size)
+        bad = good.map(lambda x, y: (tf.debugging.check_numerics(x * float("nan"), "a bad record"), y))
+        bad.class_names, bad.num_examples = good.class_names, good.num_examples
+        return bad, val
+
+    monkeypatch.setattr(train, "_load_data", failing)
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*TINY, "--output-dir", str(out)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: the data could not be read: " in err and "a bad record : Tensor had NaN values" in err
+    assert not (out / "backup").exists()
+    backup = tmp_path / "mine"  # an empty --backup-dir of the user's own is kept, empty
+    backup.mkdir()
+    with pytest.raises(SystemExit):
+        train.main([*TINY, "--output-dir", str(out), "--backup-dir", str(backup)])
+    assert os.listdir(backup) == []
 
 
 def test_image_folder(tmp_path):
