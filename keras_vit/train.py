@@ -41,12 +41,12 @@ place, so an interrupted run never leaves a half-written file under a final
 name. An existing `model.keras` is kept unless `--overwrite` is given.
 """
 
-import argparse
 import os
 import sys
 import time
 
-from keras_vit import _console, _files, _init_from
+from keras_vit import _files, _init_from
+from keras_vit._cli_args import ArgumentParser, cli, require_tensorflow
 from keras_vit._backend import backend
 from keras_vit._run_files import (
     _atomic_write,
@@ -81,9 +81,11 @@ def add_data_arguments(parser):
     group = parser.add_argument_group("data (one of --dataset, --image-folder, --tfds)")
     src = group.add_mutually_exclusive_group()
     src.add_argument("--dataset", choices=["digits"], default=None, help="built-in data set (default: digits)")
-    src.add_argument("--image-folder", metavar="DIR", help="folder with one sub-folder of images per class")
-    src.add_argument("--tfds", metavar="NAME", help="TensorFlow Datasets name, read from --tfds-data-dir")
-    group.add_argument("--tfds-data-dir", metavar="DIR", default=None)
+    src.add_argument("--image-folder", metavar="DIR",
+                     help="folder with one sub-folder of images per class (default: none, digits is read)")
+    src.add_argument("--tfds", metavar="NAME", help="TensorFlow Datasets name, read from --tfds-data-dir (default: none)")
+    group.add_argument("--tfds-data-dir", metavar="DIR", default=None,
+                       help="TFDS data folder of --tfds (default: TFDS' own, ~/tensorflow_datasets)")
     group.add_argument("--train-split", default="train", help="TFDS training split (default: train)")
     group.add_argument("--validation-split", default="test", help="TFDS held-out split (default: test)")
     group.add_argument("--validation-fraction", type=float, default=0.2, help="held-out fraction of --image-folder")
@@ -102,7 +104,7 @@ def add_model_arguments(parser):
 
     group = parser.add_argument_group("model")
     group.add_argument("--variant", choices=sorted(VARIANTS), default=None,
-                       help="a ViT variant instead of the small default")
+                       help="a ViT variant of the paper's Table 1 (default: none, the small ViT of the flags below)")
     group.add_argument("--image-size", type=int, default=None,
                        help=f"input height and width (default {DEFAULTS['image_size']}, 224 for variants)")
     for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
@@ -135,18 +137,18 @@ def add_training_arguments(parser, learning_rate):
     group.add_argument("--strategy", choices=["default", "mirrored", "multi_worker", "tpu"], default="default",
                        help="tf.distribute strategy: one device, all local GPUs, workers from TF_CONFIG, or a TPU "
                        "(--batch-size is the global batch; TensorFlow backend only); see docs/scaling.md")
-    group.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu")
+    group.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu (default: the local TPU)")
     group.add_argument("--backup-dir", default=None,
                        help="where a preempted run keeps its state to resume from (default: OUTPUT_DIR/backup); "
                        "the folder is deleted when training ends, so it must hold nothing else")
     group.add_argument("--backup-every", type=int, default=None,
-                       help="back up every N steps instead of every epoch (a resumed run restarts its epoch)")
+                       help="back up every N steps (a resumed run restarts its epoch) (default: every epoch)")
     group.add_argument("--xla", choices=["auto", "on", "off"], default="auto",
                        help="compile the train step with XLA (jit_compile). auto: on, except for mixed_bfloat16 on "
                        "CPUs and for several CPU replicas, where it is slower or cannot compile, and under op "
                        "determinism (TF_DETERMINISTIC_OPS=1), where Keras turns XLA off; off on the PyTorch "
                        "backend, where jit_compile means torch.compile (on asks for it; slower to start)")
-    group.add_argument("--no-xla", dest="xla", action="store_const", const="off", help="the same as --xla off")
+    group.add_argument("--no-xla", dest="xla", action="store_const", const="off", help="the same as --xla off (default: not given)")
     group.add_argument("--seed", type=int, default=0)
     return group
 
@@ -164,7 +166,7 @@ def add_output_arguments(parser, default_dir, what):
 
 def build_parser():
     """Returns the `argparse.ArgumentParser` of `keras-vit-train`."""
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="keras-vit-train",
         description="Train a Vision Transformer (arXiv:2010.11929) with model.fit and XLA.",
     )
@@ -179,7 +181,7 @@ def build_parser():
                    "resizes it (keras_vit.resize: position embeddings resampled once; a model of any resolution is "
                    "kept as it is); its head is kept when its class count is the data's, else replaced by a "
                    "zero-initialised one (pre_logits dropped). The other model flags must not be given; "
-                   "a keras-vit-pretrain backbone.keras fine-tunes this way")
+                   "a keras-vit-pretrain backbone.keras fine-tunes this way (default: none, a new model)")
     t = add_training_arguments(p, learning_rate=2e-3)
     t.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     t.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (0 for sgd)")
@@ -207,6 +209,7 @@ def _model_config(args):
         if not os.path.isfile(args.init_from):
             raise ValueError(f"--init-from {args.init_from!r}: no such file (give a model saved as .keras)")
         return {}, args.image_size
+    _check_model_flags(args)
     explicit = {k: getattr(args, k) for k in DEFAULTS if k != "image_size" and getattr(args, k) is not None}
     if args.variant is not None:
         if explicit:
@@ -214,14 +217,35 @@ def _model_config(args):
                 f"--variant {args.variant} fixes the architecture; drop "
                 + ", ".join("--" + k.replace("_", "-") for k in explicit)
             )
-        return {}, 224 if args.image_size is None else args.image_size
+        from keras_vit.models.variants import VARIANTS
+
+        image_size, patch_size = 224 if args.image_size is None else args.image_size, VARIANTS[args.variant][1]
+        if image_size % patch_size:
+            raise ValueError(f"--image-size must be a multiple of {patch_size} px, the patch size of --variant "
+                             f"{args.variant}. Received: {image_size}")
+        return {}, image_size
     config = {k: v for k, v in DEFAULTS.items() if k != "image_size"}
     config.update(explicit)
     image_size = DEFAULTS["image_size"] if args.image_size is None else args.image_size
-    if config["patch_size"] >= 1 and image_size % config["patch_size"]:
+    if config["patch_size"] > image_size or image_size % config["patch_size"]:
         raise ValueError(f"--image-size must be a multiple of --patch-size. Received: --image-size {image_size}, "
                          f"--patch-size {config['patch_size']}")
+    if config["hidden_size"] % config["num_heads"]:
+        raise ValueError(f"--hidden-size must be divisible by --num-heads. Received: --hidden-size "
+                         f"{config['hidden_size']}, --num-heads {config['num_heads']}")
     return config, image_size
+
+
+def _check_model_flags(args):
+    """Raises ValueError naming the flag for an architecture flag out of range; before any data is read."""
+    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1. Received: {value}")
+    for name in ("dropout_rate", "stochastic_depth_rate"):
+        value = getattr(args, name, None)
+        if value is not None and not 0 <= value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1). Received: {value}")
 
 
 def _load_data(args, image_size, batch_size):
@@ -233,19 +257,15 @@ def _load_data(args, image_size, batch_size):
     augment = None if augment == "none" else augment
     fraction = getattr(args, "labels_fraction", 1.0)
     training = {"shuffle": True, "augment": augment, "labels_fraction": None if fraction == 1 else fraction}
-    try:
-        if args.image_folder:
-            split = {"validation_split": args.validation_fraction, "directory": args.image_folder}
-            train = data.from_directory(subset="training", **training, **split, **common)
-        elif args.tfds:
-            tfds_args = {"data_dir": args.tfds_data_dir, **common}
-            train = data.from_tfds(args.tfds, split=args.train_split, **training, **tfds_args)
-        else:
-            train = data.digits("train", **training, **common)
-    except ValueError as e:
-        if "labels_fraction=" in str(e):  # a class left with no image: name the flag
-            raise ValueError(f"--labels-fraction {fraction}: {e}") from None
-        raise
+    # keras_vit.data's errors name its parameters (labels_fraction=0.1 ...); the command line writes them as flags
+    if args.image_folder:
+        split = {"validation_split": args.validation_fraction, "directory": args.image_folder}
+        train = data.from_directory(subset="training", **training, **split, **common)
+    elif args.tfds:
+        tfds_args = {"data_dir": args.tfds_data_dir, **common}
+        train = data.from_tfds(args.tfds, split=args.train_split, **training, **tfds_args)
+    else:
+        train = data.digits("train", **training, **common)
     if args.image_folder:
         val = data.from_directory(subset="validation", **split, **common)
     elif args.tfds:
@@ -490,18 +510,6 @@ def main(argv=None):
         return _main(argv)
 
 
-def require_tensorflow(prog):
-    """Exits with status 2 and one line naming the extra to install when TensorFlow is missing (the training
-    command lines read their data through tf.data); call it before anything imports TensorFlow."""
-    from keras_vit._backend import tensorflow
-
-    try:
-        tensorflow(f"{prog} (its input pipelines are tf.data)")
-    except ImportError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        sys.exit(2)
-
-
 def _main(argv):
     require_tensorflow("keras-vit-train")
 
@@ -512,43 +520,7 @@ def _main(argv):
             f"wrote {args.output_dir}/model.keras, metrics.json, history.json, training_curve.png"
         )
 
-    return _cli(build_parser(), argv, run, summary)
-
-
-def _cli(parser, argv, run_fn, summary):
-    """Parses `argv`, runs `run_fn(args)` and prints `summary(args, metrics)`; returns 0.
-
-    A ValueError (a bad flag, named in its message) or a data file that
-    TensorFlow cannot decode exits with status 2 and one line, no traceback.
-    The global Keras dtype policy (set by --precision) is given back.
-    """
-    args = parser.parse_args(argv)
-    _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
-    import keras
-
-    previous_policy = keras.config.dtype_policy()  # --precision sets the global policy; callers get theirs back
-    try:
-        metrics = run_fn(args)
-    except ValueError as e:
-        parser.exit(2, f"{parser.prog}: error: {e}\n")
-    except Exception as e:  # a file of the data set that TensorFlow cannot decode
-        if type(e).__name__ != "InvalidArgumentError":
-            raise
-        parser.exit(2, f"{parser.prog}: error: the data could not be read: {_op_error_line(e)[:300]}\n")
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
-    print(summary(args, metrics))
-    return 0
-
-
-def _op_error_line(error):
-    """The line of a TensorFlow error that says what failed: in a "Graph execution error", the one before the op's
-    `[[{{node ...}}]]` (e.g. "a bad record : Tensor had NaN values"), else the first."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    for before, line in zip(lines, lines[1:]):
-        if line.startswith("[[") and not before.startswith(("[[", "File ")):
-            return before
-    return lines[0] if lines else type(error).__name__
+    return cli(build_parser(), argv, run, summary)
 
 
 if __name__ == "__main__":
