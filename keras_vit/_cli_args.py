@@ -7,7 +7,8 @@ otherwise "(default: X)" is added) and answers a mistyped choice with
 command and turns a `ValueError` into one line and exit status 2, with the
 Python parameter names of the library's messages (`num_heads`,
 `directory=...`) replaced by the flags that set them (`--num-heads`,
-`--image-folder ...`): `flag_names`.
+`--image-folder ...`): `flag_names`. The argument groups both commands
+take (`add_data_arguments` ... `add_output_arguments`) are here too.
 """
 
 import argparse
@@ -24,6 +25,109 @@ PARAMETER_FLAGS = {
     "input_shape": "--image-size",
     "checkpoint": "--weights",
 }
+
+
+DEFAULTS = {
+    "image_size": 16,
+    "patch_size": 4,
+    "hidden_size": 128,
+    "num_layers": 4,
+    "num_heads": 4,
+    "mlp_dim": 512,
+}
+
+
+def add_data_arguments(parser):
+    """Adds the data flags that `keras-vit-train` and `keras-vit-pretrain` share; returns the group.
+
+    One of --dataset digits, --image-folder DIR, --tfds NAME (default
+    digits), with --tfds-data-dir, --train-split, --validation-split,
+    --validation-fraction and --augment. `_load_data` reads them.
+    """
+    group = parser.add_argument_group("data (one of --dataset, --image-folder, --tfds)")
+    src = group.add_mutually_exclusive_group()
+    src.add_argument("--dataset", choices=["digits"], default=None, help="built-in data set (default: digits)")
+    src.add_argument("--image-folder", metavar="DIR",
+                     help="folder with one sub-folder of images per class (default: none, digits is read)")
+    src.add_argument("--tfds", metavar="NAME", help="TensorFlow Datasets name, read from --tfds-data-dir (default: none)")
+    group.add_argument("--tfds-data-dir", metavar="DIR", default=None,
+                       help="TFDS data folder of --tfds (default: TFDS' own, ~/tensorflow_datasets)")
+    group.add_argument("--train-split", default="train", help="TFDS training split (default: train)")
+    group.add_argument("--validation-split", default="test", help="TFDS held-out split (default: test)")
+    group.add_argument("--validation-fraction", type=float, default=0.2, help="held-out fraction of --image-folder")
+    group.add_argument("--augment", choices=["none", "crop", "crop_flip", "affine"], default=None,
+                       help="default: affine (small rotations and zooms) for digits, crop for other data")
+    return group
+
+
+def add_model_arguments(parser):
+    """Adds the architecture flags (--variant, --image-size, --patch-size ... --stochastic-depth-rate); returns the group.
+
+    Unset flags are None; `_model_config` fills in `DEFAULTS`.
+    """
+    from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
+    from keras_vit.models.variants import VARIANTS
+
+    group = parser.add_argument_group("model")
+    group.add_argument("--variant", choices=sorted(VARIANTS), default=None,
+                       help="a ViT variant of the paper's Table 1 (default: none, the small ViT of the flags below)")
+    group.add_argument("--image-size", type=int, default=None,
+                       help=f"input height and width (default {DEFAULTS['image_size']}, 224 for variants)")
+    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
+        group.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=f"default {DEFAULTS[name]}")
+    group.add_argument("--position-embedding", choices=POSITION_EMBEDDINGS, default=None,
+                       help="position embeddings of the paper's Appendix D.4: learned (default, one 1D table), "
+                       "learned_2d (X and Y tables), sincos_2d (fixed) or none")
+    group.add_argument("--dropout-rate", type=float, default=None, help="default 0")
+    group.add_argument("--stochastic-depth-rate", type=float, default=None, help="default 0")
+    return group
+
+
+def add_training_arguments(parser, learning_rate):
+    """Adds the flags of a `model.fit` run (length, learning rate, precision, strategy, XLA, backup); returns the group.
+
+    --epochs, --batch-size, --learning-rate (default `learning_rate`),
+    --warmup-epochs, --precision, --strategy, --tpu, --backup-dir,
+    --backup-every, --xla / --no-xla and --seed; `_check_run_args`,
+    `_start` and `_fit` read them.
+    """
+    group = parser.add_argument_group("training")
+    group.add_argument("--epochs", type=int, default=100)
+    group.add_argument("--batch-size", type=int, default=64)
+    group.add_argument("--learning-rate", type=float, default=learning_rate, help=f"peak learning rate (default {learning_rate:g})")
+    group.add_argument("--warmup-epochs", type=float, default=None, help="linear warm-up (default: 6%% of --epochs)")
+    group.add_argument("--precision", choices=["float32", "mixed_bfloat16", "mixed_float16"], default="float32",
+                       help="Keras dtype policy; the mixed ones compute in 16 bits and keep float32 weights, "
+                       "mixed_float16 adds dynamic loss scaling (pure bfloat16/float16 weights are refused: most "
+                       "updates round away)")
+    group.add_argument("--strategy", choices=["default", "mirrored", "multi_worker", "tpu"], default="default",
+                       help="tf.distribute strategy: one device, all local GPUs, workers from TF_CONFIG, or a TPU "
+                       "(--batch-size is the global batch; TensorFlow backend only); see docs/scaling.md")
+    group.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu (default: the local TPU)")
+    group.add_argument("--backup-dir", default=None,
+                       help="where a preempted run keeps its state to resume from (default: OUTPUT_DIR/backup); "
+                       "the folder is deleted when training ends, so it must hold nothing else")
+    group.add_argument("--backup-every", type=int, default=None,
+                       help="back up every N steps (a resumed run restarts its epoch) (default: every epoch)")
+    group.add_argument("--xla", choices=["auto", "on", "off"], default="auto",
+                       help="compile the train step with XLA (jit_compile). auto: on, except for mixed_bfloat16 on "
+                       "CPUs and for several CPU replicas, where it is slower or cannot compile, and under op "
+                       "determinism (TF_DETERMINISTIC_OPS=1), where Keras turns XLA off; off on the PyTorch "
+                       "backend, where jit_compile means torch.compile (on asks for it; slower to start)")
+    group.add_argument("--no-xla", dest="xla", action="store_const", const="off", help="the same as --xla off (default: not given)")
+    group.add_argument("--seed", type=int, default=0)
+    return group
+
+
+def add_output_arguments(parser, default_dir, what):
+    """Adds --output-dir (default `default_dir`; `what` says what goes there), --overwrite and --verbose."""
+    group = parser.add_argument_group("output")
+    group.add_argument("--output-dir", default=default_dir, help=f"folder for {what}")
+    group.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run")
+    group.add_argument("--verbose", type=int, choices=[0, 1, 2], default=1,
+                       help="silent (0), Keras progress bar and the device line (1), one line per epoch and "
+                       "TensorFlow's own log, unfiltered (2)")
+    return group
 
 
 class HelpFormatter(argparse.HelpFormatter):

@@ -45,7 +45,15 @@ import os
 import sys
 
 from keras_vit import _files
-from keras_vit._cli_args import ArgumentParser, cli, require_tensorflow
+from keras_vit._cli_args import (
+    ArgumentParser,
+    add_data_arguments,
+    add_model_arguments,
+    add_output_arguments,
+    add_training_arguments,
+    cli,
+    require_tensorflow,
+)
 from keras_vit._run_files import _atomic_write, _plot_history, _write_json
 from keras_vit.train import (
     _check_run_args,
@@ -56,10 +64,6 @@ from keras_vit.train import (
     _start,
     _steps_per_epoch,
     _timed_evaluate,
-    add_data_arguments,
-    add_model_arguments,
-    add_output_arguments,
-    add_training_arguments,
 )
 
 # Appendix B.1.2: "Adam, with a base learning rate of 2e-4, warmup of 10k steps and cosine learning rate decay".
