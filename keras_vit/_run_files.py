@@ -99,6 +99,39 @@ def _run_config(args):
     return {k: v for k, v in sorted(vars(args).items()) if k not in ("overwrite", "verbose")}
 
 
+def _run_file_writer(backup_dir, args):
+    """A Keras callback that writes `args`' run.json into `backup_dir` at the end of the first training step.
+
+    Put it before `keras.callbacks.BackupAndRestore` in the callback list: run.json is then on disk before the
+    first backup, and a run that fails before its first step (a batch that cannot be read, a step that does not
+    compile, a kill) leaves none that a later run would read (`_check_resumable`).
+    """
+    import keras
+
+    class RunFileWriter(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if not os.path.exists(os.path.join(backup_dir, _RUN_FILE)):
+                os.makedirs(backup_dir, exist_ok=True)
+                _write_json(os.path.join(backup_dir, _RUN_FILE), _run_config(args))
+
+    return RunFileWriter()
+
+
+def _discard_run_file(backup_dir, created):
+    """After a failed `model.fit` that left no backup: removes run.json, and `backup_dir` if `created` and empty."""
+    if _has_backup(backup_dir):
+        return
+    try:
+        os.remove(os.path.join(backup_dir, _RUN_FILE))
+    except FileNotFoundError:
+        pass
+    if created:
+        try:
+            os.rmdir(backup_dir)
+        except OSError:  # not empty (BackupAndRestore's own files), or gone
+            pass
+
+
 def _check_resumable(backup_dir, args):
     """Refuses to resume a backup that another command left (BackupAndRestore would restore it regardless)."""
     if not _has_backup(backup_dir):

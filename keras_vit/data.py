@@ -31,7 +31,7 @@ from keras_vit._backend import tensorflow
 
 tf = tensorflow("keras_vit.data (tf.data input pipelines)")
 
-from keras_vit._image_files import _check_image_file, _read_image  # noqa: E402
+from keras_vit._image_files import _check_decodable, _check_image_file, _read_image  # noqa: E402
 from keras_vit._subsets import _labels_subset, stratified_subset  # noqa: E402, F401 (public here)
 from keras_vit._validation import check_choice, check_positive_int  # noqa: E402
 
@@ -254,7 +254,12 @@ def from_directory(
     Before returning, `from_directory` reads the first bytes of every .bmp
     and .gif file (not of the JPEG and PNG files): a BMP it cannot decode
     (RLE-compressed, 16 bits per pixel, an OS/2 header, other bit fields) is
-    refused then, with the file's name.
+    refused then, with the file's name. Then every listed file (of
+    `subset`, after `labels_fraction`) is decoded once with the pipeline's
+    own decoder (`keras_vit._image_files._check_decodable`; about 0.3 ms a
+    small file on a 2-core CPU: 0.66 s for 2,000 PNGs of 32x32 px), so that
+    an empty, cut-short, unreadable or non-image file is refused here,
+    named by its path, rather than failing the first training step.
 
     Args:
         directory: path of the folder, e.g. `photos/` with `photos/cat/*.jpg`
@@ -281,9 +286,9 @@ def from_directory(
             leaves a subset empty, a BMP file of a kind it cannot decode, a bad
             pipeline argument, a `labels_fraction` that leaves a class with
             no image, or `keras.config.image_data_format()` is
-            "channels_first". (A file that does not decode at all, e.g. one
-            cut short, fails later, when the pipeline reads it, with
-            TensorFlow's `InvalidArgumentError`.)
+            "channels_first", or a file that cannot be read or decoded
+            (empty, cut short, not an image): its path, size and what is
+            wrong.
     """
     import keras
 
@@ -325,6 +330,7 @@ def from_directory(
     gif_flags = [_check_image_file(path) for path in paths]
     files = tf.data.Dataset.from_tensor_slices(((paths, np.array(gif_flags, "int32")), np.array(labels, "int32")))
     decode = _read_image if max(gif_flags, default=-1) >= 0 else lambda path, gif_flag: _read_image(path, None)
+    _check_decodable(paths, gif_flags, decode)
     ds = _finish(files, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(paths), decode)
     ds.file_paths = paths
     return ds

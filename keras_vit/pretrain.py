@@ -41,15 +41,22 @@ name and moved into place; an existing `backbone.keras` is kept unless
 `--overwrite` is given. A SIGTERM removes the temporary files and exits 143.
 """
 
-import argparse
 import os
 import sys
 
 from keras_vit import _files
+from keras_vit._cli_args import (
+    ArgumentParser,
+    add_data_arguments,
+    add_model_arguments,
+    add_output_arguments,
+    add_training_arguments,
+    cli,
+    require_tensorflow,
+)
 from keras_vit._run_files import _atomic_write, _plot_history, _write_json
 from keras_vit.train import (
     _check_run_args,
-    _cli,
     _fit,
     _load_data,
     _model_config,
@@ -57,11 +64,6 @@ from keras_vit.train import (
     _start,
     _steps_per_epoch,
     _timed_evaluate,
-    add_data_arguments,
-    add_model_arguments,
-    add_output_arguments,
-    add_training_arguments,
-    require_tensorflow,
 )
 
 # Appendix B.1.2: "Adam, with a base learning rate of 2e-4, warmup of 10k steps and cosine learning rate decay".
@@ -72,7 +74,7 @@ def build_parser():
     """Returns the `argparse.ArgumentParser` of `keras-vit-pretrain`."""
     from keras_vit.pretraining import TARGETS
 
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="keras-vit-pretrain",
         description="Pre-train a Vision Transformer's encoder by masked patch prediction (arXiv:2010.11929, "
         "Sec. 4.6): no labels; writes backbone.keras for keras-vit-train --init-from.",
@@ -214,7 +216,7 @@ def main(argv=None):
         )
 
     with _files.exit_on_sigterm():
-        return _cli(build_parser(), argv, run, summary)
+        return cli(build_parser(), argv, run, summary)
 
 
 if __name__ == "__main__":

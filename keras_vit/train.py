@@ -33,138 +33,46 @@ the training split (`keras_vit.data.stratified_subset`: each class keeps
 round(F x its count)); the held-out split is unchanged, and a fraction that
 leaves a class with no image is refused (exit 2).
 
-The argument groups and the run helpers here are shared with
-`keras-vit-pretrain` (`keras_vit.pretrain`).
+The argument groups (`keras_vit._cli_args`) and the run helpers here are
+shared with `keras-vit-pretrain` (`keras_vit.pretrain`).
 
 Each file is written to a temporary name in the same folder and moved into
 place, so an interrupted run never leaves a half-written file under a final
 name. An existing `model.keras` is kept unless `--overwrite` is given.
 """
 
-import argparse
 import os
 import sys
 import time
 
-from keras_vit import _console, _files, _init_from
+from keras_vit import _files, _init_from, _train_weights
+from keras_vit._cli_args import (  # noqa: F401 (DEFAULTS and the argument groups are keras_vit.train's names too)
+    DEFAULTS,
+    ArgumentParser,
+    add_data_arguments,
+    add_model_arguments,
+    add_output_arguments,
+    add_training_arguments,
+    cli,
+    require_tensorflow,
+)
 from keras_vit._backend import backend
 from keras_vit._run_files import (
-    _RUN_FILE,
     _atomic_write,
     _backed_up_epoch,
     _check_backup_dir,
     _check_output_dir,
     _check_resumable,
+    _discard_run_file,
     _has_backup,
     _plot_history,
-    _run_config,
+    _run_file_writer,
     _write_json,
 )
 
-DEFAULTS = {
-    "image_size": 16,
-    "patch_size": 4,
-    "hidden_size": 128,
-    "num_layers": 4,
-    "num_heads": 4,
-    "mlp_dim": 512,
-}
-
-
-def add_data_arguments(parser):
-    """Adds the data flags that `keras-vit-train` and `keras-vit-pretrain` share; returns the group.
-
-    One of --dataset digits, --image-folder DIR, --tfds NAME (default
-    digits), with --tfds-data-dir, --train-split, --validation-split,
-    --validation-fraction and --augment. `_load_data` reads them.
-    """
-    group = parser.add_argument_group("data (one of --dataset, --image-folder, --tfds)")
-    src = group.add_mutually_exclusive_group()
-    src.add_argument("--dataset", choices=["digits"], default=None, help="built-in data set (default: digits)")
-    src.add_argument("--image-folder", metavar="DIR", help="folder with one sub-folder of images per class")
-    src.add_argument("--tfds", metavar="NAME", help="TensorFlow Datasets name, read from --tfds-data-dir")
-    group.add_argument("--tfds-data-dir", metavar="DIR", default=None)
-    group.add_argument("--train-split", default="train", help="TFDS training split (default: train)")
-    group.add_argument("--validation-split", default="test", help="TFDS held-out split (default: test)")
-    group.add_argument("--validation-fraction", type=float, default=0.2, help="held-out fraction of --image-folder")
-    group.add_argument("--augment", choices=["none", "crop", "crop_flip", "affine"], default=None,
-                       help="default: affine (small rotations and zooms) for digits, crop for other data")
-    return group
-
-
-def add_model_arguments(parser):
-    """Adds the architecture flags (--variant, --image-size, --patch-size ... --stochastic-depth-rate); returns the group.
-
-    Unset flags are None; `_model_config` fills in `DEFAULTS`.
-    """
-    from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
-    from keras_vit.models.variants import VARIANTS
-
-    group = parser.add_argument_group("model")
-    group.add_argument("--variant", choices=sorted(VARIANTS), default=None,
-                       help="a ViT variant instead of the small default")
-    group.add_argument("--image-size", type=int, default=None,
-                       help=f"input height and width (default {DEFAULTS['image_size']}, 224 for variants)")
-    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
-        group.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=f"default {DEFAULTS[name]}")
-    group.add_argument("--position-embedding", choices=POSITION_EMBEDDINGS, default=None,
-                       help="position embeddings of the paper's Appendix D.4: learned (default, one 1D table), "
-                       "learned_2d (X and Y tables), sincos_2d (fixed) or none")
-    group.add_argument("--dropout-rate", type=float, default=None, help="default 0")
-    group.add_argument("--stochastic-depth-rate", type=float, default=None, help="default 0")
-    return group
-
-
-def add_training_arguments(parser, learning_rate):
-    """Adds the flags of a `model.fit` run (length, learning rate, precision, strategy, XLA, backup); returns the group.
-
-    --epochs, --batch-size, --learning-rate (default `learning_rate`),
-    --warmup-epochs, --precision, --strategy, --tpu, --backup-dir,
-    --backup-every, --xla / --no-xla and --seed; `_check_run_args`,
-    `_start` and `_fit` read them.
-    """
-    group = parser.add_argument_group("training")
-    group.add_argument("--epochs", type=int, default=100)
-    group.add_argument("--batch-size", type=int, default=64)
-    group.add_argument("--learning-rate", type=float, default=learning_rate, help=f"peak learning rate (default {learning_rate:g})")
-    group.add_argument("--warmup-epochs", type=float, default=None, help="linear warm-up (default: 6%% of --epochs)")
-    group.add_argument("--precision", choices=["float32", "mixed_bfloat16", "mixed_float16"], default="float32",
-                       help="Keras dtype policy; the mixed ones compute in 16 bits and keep float32 weights, "
-                       "mixed_float16 adds dynamic loss scaling (pure bfloat16/float16 weights are refused: most "
-                       "updates round away)")
-    group.add_argument("--strategy", choices=["default", "mirrored", "multi_worker", "tpu"], default="default",
-                       help="tf.distribute strategy: one device, all local GPUs, workers from TF_CONFIG, or a TPU "
-                       "(--batch-size is the global batch; TensorFlow backend only); see docs/scaling.md")
-    group.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu")
-    group.add_argument("--backup-dir", default=None,
-                       help="where a preempted run keeps its state to resume from (default: OUTPUT_DIR/backup); "
-                       "the folder is deleted when training ends, so it must hold nothing else")
-    group.add_argument("--backup-every", type=int, default=None,
-                       help="back up every N steps instead of every epoch (a resumed run restarts its epoch)")
-    group.add_argument("--xla", choices=["auto", "on", "off"], default="auto",
-                       help="compile the train step with XLA (jit_compile). auto: on, except for mixed_bfloat16 on "
-                       "CPUs and for several CPU replicas, where it is slower or cannot compile, and under op "
-                       "determinism (TF_DETERMINISTIC_OPS=1), where Keras turns XLA off; off on the PyTorch "
-                       "backend, where jit_compile means torch.compile (on asks for it; slower to start)")
-    group.add_argument("--no-xla", dest="xla", action="store_const", const="off", help="the same as --xla off")
-    group.add_argument("--seed", type=int, default=0)
-    return group
-
-
-def add_output_arguments(parser, default_dir, what):
-    """Adds --output-dir (default `default_dir`; `what` says what goes there), --overwrite and --verbose."""
-    group = parser.add_argument_group("output")
-    group.add_argument("--output-dir", default=default_dir, help=f"folder for {what}")
-    group.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run")
-    group.add_argument("--verbose", type=int, choices=[0, 1, 2], default=1,
-                       help="silent (0), Keras progress bar and the device line (1), one line per epoch and "
-                       "TensorFlow's own log, unfiltered (2)")
-    return group
-
-
 def build_parser():
     """Returns the `argparse.ArgumentParser` of `keras-vit-train`."""
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="keras-vit-train",
         description="Train a Vision Transformer (arXiv:2010.11929) with model.fit and XLA.",
     )
@@ -179,7 +87,16 @@ def build_parser():
                    "resizes it (keras_vit.resize: position embeddings resampled once; a model of any resolution is "
                    "kept as it is); its head is kept when its class count is the data's, else replaced by a "
                    "zero-initialised one (pre_logits dropped). The other model flags must not be given; "
-                   "a keras-vit-pretrain backbone.keras fine-tunes this way")
+                   "a keras-vit-pretrain backbone.keras fine-tunes this way (default: none, a new model)")
+    m.add_argument("--weights", metavar="NAME|FILE", default=None,
+                   help="fine-tune from a checkpoint (paper Sec. 3.2): imagenet21k or imagenet (with --variant), a key "
+                   "of keras_vit.weights.CHECKPOINTS, or a local .npz / .safetensors file (its architecture read "
+                   "from it); names download once to ~/.keras/models/keras_vit/. Its head is kept when its class "
+                   "count is the data's, else zero-initialised; --image-size resamples the position embeddings "
+                   "(default: none, random initialisation)")
+    m.add_argument("--freeze-backbone", action="store_true",
+                   help="train the head alone, every other layer frozen: a linear probe of --weights or --init-from "
+                   "(default: off, everything trains)")
     t = add_training_arguments(p, learning_rate=2e-3)
     t.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     t.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (0 for sgd)")
@@ -207,6 +124,7 @@ def _model_config(args):
         if not os.path.isfile(args.init_from):
             raise ValueError(f"--init-from {args.init_from!r}: no such file (give a model saved as .keras)")
         return {}, args.image_size
+    _check_model_flags(args)
     explicit = {k: getattr(args, k) for k in DEFAULTS if k != "image_size" and getattr(args, k) is not None}
     if args.variant is not None:
         if explicit:
@@ -214,14 +132,35 @@ def _model_config(args):
                 f"--variant {args.variant} fixes the architecture; drop "
                 + ", ".join("--" + k.replace("_", "-") for k in explicit)
             )
-        return {}, 224 if args.image_size is None else args.image_size
+        from keras_vit.models.variants import VARIANTS
+
+        image_size, patch_size = 224 if args.image_size is None else args.image_size, VARIANTS[args.variant][1]
+        if image_size % patch_size:
+            raise ValueError(f"--image-size must be a multiple of {patch_size} px, the patch size of --variant "
+                             f"{args.variant}. Received: {image_size}")
+        return {}, image_size
     config = {k: v for k, v in DEFAULTS.items() if k != "image_size"}
     config.update(explicit)
     image_size = DEFAULTS["image_size"] if args.image_size is None else args.image_size
-    if config["patch_size"] >= 1 and image_size % config["patch_size"]:
+    if config["patch_size"] > image_size or image_size % config["patch_size"]:
         raise ValueError(f"--image-size must be a multiple of --patch-size. Received: --image-size {image_size}, "
                          f"--patch-size {config['patch_size']}")
+    if config["hidden_size"] % config["num_heads"]:
+        raise ValueError(f"--hidden-size must be divisible by --num-heads. Received: --hidden-size "
+                         f"{config['hidden_size']}, --num-heads {config['num_heads']}")
     return config, image_size
+
+
+def _check_model_flags(args):
+    """Raises ValueError naming the flag for an architecture flag out of range; before any data is read."""
+    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1. Received: {value}")
+    for name in ("dropout_rate", "stochastic_depth_rate"):
+        value = getattr(args, name, None)
+        if value is not None and not 0 <= value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1). Received: {value}")
 
 
 def _load_data(args, image_size, batch_size):
@@ -233,19 +172,15 @@ def _load_data(args, image_size, batch_size):
     augment = None if augment == "none" else augment
     fraction = getattr(args, "labels_fraction", 1.0)
     training = {"shuffle": True, "augment": augment, "labels_fraction": None if fraction == 1 else fraction}
-    try:
-        if args.image_folder:
-            split = {"validation_split": args.validation_fraction, "directory": args.image_folder}
-            train = data.from_directory(subset="training", **training, **split, **common)
-        elif args.tfds:
-            tfds_args = {"data_dir": args.tfds_data_dir, **common}
-            train = data.from_tfds(args.tfds, split=args.train_split, **training, **tfds_args)
-        else:
-            train = data.digits("train", **training, **common)
-    except ValueError as e:
-        if "labels_fraction=" in str(e):  # a class left with no image: name the flag
-            raise ValueError(f"--labels-fraction {fraction}: {e}") from None
-        raise
+    # keras_vit.data's errors name its parameters (labels_fraction=0.1 ...); the command line writes them as flags
+    if args.image_folder:
+        split = {"validation_split": args.validation_fraction, "directory": args.image_folder}
+        train = data.from_directory(subset="training", **training, **split, **common)
+    elif args.tfds:
+        tfds_args = {"data_dir": args.tfds_data_dir, **common}
+        train = data.from_tfds(args.tfds, split=args.train_split, **training, **tfds_args)
+    else:
+        train = data.digits("train", **training, **common)
     if args.image_folder:
         val = data.from_directory(subset="validation", **split, **common)
     elif args.tfds:
@@ -350,18 +285,23 @@ def _fit(model, train, val, args, strategy, chief):
     # it sees the same images in the same order as an uninterrupted run. Creating an iterator is what moves a
     # tf.data reshuffle on (no data is read), and Keras 3.15's fit creates two per epoch (docs/traps.md).
     done = _backed_up_epoch(backup_dir)
+    callbacks = [backup]
+    created = not os.path.isdir(backup_dir)
     if _has_backup(backup_dir):
         print(f"resuming the interrupted run backed up in {backup_dir}: {done} of {args.epochs} epochs done",
               flush=True)
-    else:
-        os.makedirs(backup_dir, exist_ok=True)
-        _write_json(os.path.join(backup_dir, _RUN_FILE), _run_config(args))
+    else:  # run.json, the flags the backup belongs to, is written once the first step has run, before any backup
+        callbacks.insert(0, _run_file_writer(backup_dir, args))
     for _ in range(_ITERATORS_PER_EPOCH * done):
         iter(train)
     start = time.perf_counter()
-    # The pipeline shuffles with --seed; Keras' own shuffle does not apply to tf.data.
-    history = model.fit(train, validation_data=val, epochs=args.epochs, verbose=args.verbose, shuffle=False,
-                        callbacks=[backup])
+    try:
+        # The pipeline shuffles with --seed; Keras' own shuffle does not apply to tf.data.
+        history = model.fit(train, validation_data=val, epochs=args.epochs, verbose=args.verbose, shuffle=False,
+                            callbacks=callbacks)
+    except BaseException:  # failed (or SIGTERM) before the first backup: no run.json left without one
+        _discard_run_file(backup_dir, created)
+        raise
     train_time = time.perf_counter() - start
     return {k: [float(v) for v in vals] for k, vals in history.history.items()}, train_time
 
@@ -404,9 +344,19 @@ def run(args):
     warmup_epochs = _check_run_args(args, ("model.keras", "metrics.json", "history.json", "training_curve.png"))
     if not 0 < args.labels_fraction <= 1:
         raise ValueError(f"--labels-fraction must be in (0, 1]. Received: {args.labels_fraction}")
-    model_config, image_size = _model_config(args)
+    if args.freeze_backbone and args.weights is None and args.init_from is None:
+        raise ValueError("--freeze-backbone trains the head alone on pre-trained features: give --weights or "
+                         "--init-from")
+    pretrained = None
+    if args.weights is not None:  # checked, downloaded and read before the data
+        pretrained = _train_weights.resolve(args)
+        model_config, image_size = {}, pretrained.image_size
+    else:
+        model_config, image_size = _model_config(args)
     out = args.output_dir
     model_path = os.path.join(out, "model.keras")
+
+    import numpy as np
 
     import keras_vit
     from keras_vit import distribute, training
@@ -435,13 +385,17 @@ def run(args):
     steps_per_epoch = _steps_per_epoch(train)
     total_steps = args.epochs * steps_per_epoch
     with strategy.scope():  # model, optimizer and metrics live on the strategy's devices
+        name = "vit_digits" if not (args.image_folder or args.tfds) else "vit"
         if saved is not None:
             model = _init_from.fine_tuning_model(saved, image_size, classes, args.precision)
+        elif pretrained is not None:
+            model = _train_weights.build(pretrained, common, name)
         elif args.variant:
             model = getattr(keras_vit, args.variant)(**common)
         else:
-            name = "vit_digits" if not (args.image_folder or args.tfds) else "vit"
             model = keras_vit.VisionTransformer(name=name, **model_config, **common)
+        if args.freeze_backbone:
+            _train_weights.freeze_backbone(model)
         training.compile_model(
             model,
             total_steps=total_steps,
@@ -461,6 +415,9 @@ def run(args):
         **_run_metrics(results, eval_time, num_val, train_time, num_train, args, model, strategy),
         "class_names": list(train.class_names),
         "init_from": args.init_from,
+        "weights": args.weights,
+        "freeze_backbone": args.freeze_backbone,
+        "trainable_parameters": int(sum(int(np.prod(w.shape)) for w in model.trainable_weights)),
         "labels_fraction": args.labels_fraction,
         "num_train_images": num_train,
     }
@@ -485,18 +442,6 @@ def main(argv=None):
         return _main(argv)
 
 
-def require_tensorflow(prog):
-    """Exits with status 2 and one line naming the extra to install when TensorFlow is missing (the training
-    command lines read their data through tf.data); call it before anything imports TensorFlow."""
-    from keras_vit._backend import tensorflow
-
-    try:
-        tensorflow(f"{prog} (its input pipelines are tf.data)")
-    except ImportError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        sys.exit(2)
-
-
 def _main(argv):
     require_tensorflow("keras-vit-train")
 
@@ -507,34 +452,7 @@ def _main(argv):
             f"wrote {args.output_dir}/model.keras, metrics.json, history.json, training_curve.png"
         )
 
-    return _cli(build_parser(), argv, run, summary)
-
-
-def _cli(parser, argv, run_fn, summary):
-    """Parses `argv`, runs `run_fn(args)` and prints `summary(args, metrics)`; returns 0.
-
-    A ValueError (a bad flag, named in its message) or a data file that
-    TensorFlow cannot decode exits with status 2 and one line, no traceback.
-    The global Keras dtype policy (set by --precision) is given back.
-    """
-    args = parser.parse_args(argv)
-    _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
-    import keras
-
-    previous_policy = keras.config.dtype_policy()  # --precision sets the global policy; callers get theirs back
-    try:
-        metrics = run_fn(args)
-    except ValueError as e:
-        parser.exit(2, f"{parser.prog}: error: {e}\n")
-    except Exception as e:  # a file of the data set that TensorFlow cannot decode
-        if type(e).__name__ != "InvalidArgumentError":
-            raise
-        first = str(e).strip().splitlines()[0][:300]
-        parser.exit(2, f"{parser.prog}: error: the data could not be read: {first}\n")
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
-    print(summary(args, metrics))
-    return 0
+    return cli(build_parser(), argv, run, summary)
 
 
 if __name__ == "__main__":

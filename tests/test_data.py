@@ -150,6 +150,35 @@ def test_from_directory_missing_empty_or_too_small(tmp_path):
         data.from_directory(tmp_path / "photos", image_size=32, validation_split=0.05, subset="training", seed=0)
 
 
+def test_corrupt_or_unreadable_files_are_named_before_the_pipeline_runs(tmp_path):
+    """Empty, cut-short, non-image and dangling files fail in from_directory, by path, not in the first step."""
+    _write_image_folder(tmp_path / "photos")
+    png = (tmp_path / "photos" / "china" / "0.png").read_bytes()
+    cut = tmp_path / "photos" / "flower" / "cut.png"
+    cut.write_bytes(png[: len(png) // 2])
+    with pytest.raises(ValueError) as error:
+        data.from_directory(tmp_path / "photos", image_size=16)
+    assert str(error.value) == (f"the image file {str(cut)!r} ({len(png) // 2:,d} bytes) cannot be read: Invalid PNG "
+                                f"data, size {len(png) // 2}; remove or replace it")
+    (tmp_path / "photos" / "china" / "empty.jpg").write_bytes(b"")
+    (tmp_path / "photos" / "china" / "notes.jpg").write_bytes(b"not a jpeg")
+    os.symlink(tmp_path / "gone.png", tmp_path / "photos" / "flower" / "gone.png")
+    with pytest.raises(ValueError) as error:
+        data.from_directory(tmp_path / "photos", image_size=16)
+    first = str(tmp_path / "photos" / "china" / "empty.jpg")
+    assert str(error.value).startswith(f"the image file {first!r} (0 bytes) cannot be read: Input is empty; ")
+    assert "(3 more files fail too: " in str(error.value) and "notes.jpg" in str(error.value)
+    cut.unlink()
+    for name in ("empty.jpg", "notes.jpg"):
+        (tmp_path / "photos" / "china" / name).unlink()
+    # the validation subset is checked too, and a good folder passes
+    with pytest.raises(ValueError, match="gone.png' \\(unreadable: No such file or directory\\) cannot be read"):
+        for subset in ("training", "validation"):
+            data.from_directory(tmp_path / "photos", image_size=16, validation_split=0.5, subset=subset, seed=0)
+    (tmp_path / "photos" / "flower" / "gone.png").unlink()
+    assert data.from_directory(tmp_path / "photos", image_size=16).num_examples == 10
+
+
 def test_from_tfds_with_mock_data():
     import tensorflow_datasets as tfds
 

@@ -23,7 +23,11 @@ TINY = [*MODEL, "--epochs", "2", "--warmup-epochs", "1", "--batch-size", "128", 
         (["--corruption-rate", "1.5"], "--corruption-rate must be in (0, 1). Received: 1.5"),
         (["--target", "unknown"], "argument --target: invalid choice: 'unknown' (choose from"),
         (["--epochs", "0"], "--epochs must be >= 1. Received: 0"),
-        (["--image-folder", "/nonexistent/photos"], "`directory` must be an existing folder"),
+        (["--image-folder", "/nonexistent/photos"],
+         "--image-folder must be an existing folder. Received: --image-folder '/nonexistent/photos'"),
+        (["--num-heads", "3"], "--hidden-size must be divisible by --num-heads. Received: --hidden-size 32, "
+                               "--num-heads 3"),
+        (["--target", "mean_colour"], "did you mean 'mean_color'?"),
         (["--patch-size", "5"], "--image-size must be a multiple of --patch-size. Received: --image-size 16, "
                                 "--patch-size 5"),
         (["--labels-fraction", "0.1"], "unrecognized arguments: --labels-fraction"),  # a keras-vit-train flag

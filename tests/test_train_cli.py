@@ -54,14 +54,23 @@ def test_refuses_to_overwrite_without_flag(tmp_path, capsys):
     [
         (["--patch-size", "5"], "--image-size must be a multiple of --patch-size. Received: --image-size 16, --patch-size 5"),
         (["--learning-rate", "0"], "--learning-rate must be > 0. Received: 0.0"),
-        (["--num-heads", "3"], "`hidden_size` must be divisible by `num_heads`"),
+        (["--num-heads", "3"], "--hidden-size must be divisible by --num-heads. Received: --hidden-size 32, --num-heads 3"),
+        (["--num-layers", "0"], "--num-layers must be >= 1. Received: 0"),
+        (["--patch-size", "32"], "--image-size must be a multiple of --patch-size. Received: --image-size 16, --patch-size 32"),
         (["--epochs", "0"], "--epochs must be >= 1"),
         (["--warmup-epochs", "5"], "--warmup-epochs must be in [0, --epochs=2). Received: 5.0"),
-        (["--dropout-rate", "1.5"], "`dropout_rate` must be a float in [0, 1)"),
+        (["--dropout-rate", "1.5"], "--dropout-rate must be in [0, 1). Received: 1.5"),
+        (["--stochastic-depth-rate", "-0.1"], "--stochastic-depth-rate must be in [0, 1). Received: -0.1"),
         (["--variant", "ViTTi16", "--hidden-size", "8"], "--variant ViTTi16 fixes the architecture"),
         (["--image-size", "0"], "--image-size must be >= 1 (pixels). Received: 0"),
-        (["--image-folder", "/nonexistent/photos"], "`directory` must be an existing folder"),
-        (["--precision", "bfloat16"], "argument --precision: invalid choice: 'bfloat16'"),  # mixed_bfloat16 listed
+        (["--image-folder", "/nonexistent/photos"],
+         "--image-folder must be an existing folder. Received: --image-folder '/nonexistent/photos'"),
+        (["--precision", "mixed_bfloat"], "argument --precision: invalid choice: 'mixed_bfloat' (choose from 'float32', "
+         "'mixed_bfloat16', 'mixed_float16'); did you mean 'mixed_bfloat16'?"),
+        (["--variant", "ViTB-16"], "invalid choice: 'ViTB-16' (choose from "),
+        (["--augment", "flip"], "'flip' (choose from 'none', 'crop', 'crop_flip', 'affine'); did you mean 'crop_flip'?"),
+        (["--augment", "zoom"], "argument --augment: invalid choice: 'zoom' (choose from 'none', 'crop', 'crop_flip', "
+         "'affine')\n"),  # no choice close enough: no guess
     ],
 )
 def test_bad_input_exits_2_with_message(tmp_path, capsys, args, message):
@@ -71,6 +80,58 @@ def test_bad_input_exits_2_with_message(tmp_path, capsys, args, message):
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "run" / "model.keras").exists()
+
+
+def test_checks_that_need_no_data_run_before_the_data_is_read(tmp_path, capsys, monkeypatch):
+    def unread(*args):
+        raise AssertionError("the data were read")
+
+    monkeypatch.setattr(train, "_load_data", unread)
+    for args, message in (
+        ([*TINY, "--num-heads", "3"], "--hidden-size must be divisible by --num-heads"),
+        ([*TINY, "--dropout-rate", "1"], "--dropout-rate must be in [0, 1). Received: 1.0"),
+        ([*TINY, "--mlp-dim", "0"], "--mlp-dim must be >= 1. Received: 0"),
+        (["--variant", "ViTS32", "--image-size", "48"],
+         "--image-size must be a multiple of 32 px, the patch size of --variant ViTS32. Received: 48"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            train.main([*args, "--output-dir", str(tmp_path / "run")])
+        assert exit_info.value.code == 2 and f"error: {message}" in capsys.readouterr().err
+
+
+def test_library_errors_name_flags_not_parameters(tmp_path, capsys):
+    from keras_vit._cli_args import did_you_mean, flag_names
+    from tests.test_data import _write_image_folder
+
+    parser = train.build_parser()
+    assert flag_names("`hidden_size` must be divisible by `num_heads`. Received: hidden_size=128, num_heads=3",
+                      parser) == "--hidden-size must be divisible by --num-heads. Received: --hidden-size 128, --num-heads 3"
+    assert flag_names("validation_split=0.05 of the 10 images in '/a/batch_size/x' leaves an empty validation subset; "
+                      "add images or change validation_split", parser) == (
+        "--validation-fraction 0.05 of the 10 images in '/a/batch_size/x' leaves an empty validation subset; add "
+        "images or change --validation-fraction")
+    assert flag_names("`seed` must be None. Received: seed=-1 (a==b)", parser) == "--seed must be None. Received: --seed -1 (a==b)"
+    assert did_you_mean("imagenet21", ["imagenet", "imagenet21k"]) == "; did you mean 'imagenet21k'?"
+    _write_image_folder(tmp_path / "photos")  # 10 images: a 5% validation split holds none
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*TINY, "--image-folder", str(tmp_path / "photos"), "--validation-fraction", "0.05",
+                    "--output-dir", str(tmp_path / "run")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: --validation-fraction 0.05 of the 10 images in " in err and "change --validation-fraction" in err
+
+
+@pytest.mark.parametrize("module", ["train", "pretrain"])
+def test_help_shows_every_default(module):
+    import importlib
+
+    parser = importlib.import_module(f"keras_vit.{module}").build_parser()
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            text = " ".join(formatter._format_action(action).split())  # as --help shows it
+            assert "default" in text.lower() and "default: None" not in text, text
+    assert "--epochs EPOCHS (default: 100)" in " ".join(parser.format_help().split())
 
 
 def test_output_dir_that_is_a_file(tmp_path, capsys):
@@ -106,8 +167,36 @@ def test_undecodable_image_is_a_clear_error(tmp_path, capsys):
         train.main([*TINY, "--image-folder", str(tmp_path / "photos"), "--output-dir", str(tmp_path / "run"), "--batch-size", "4"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "the data could not be read:" in err and "Traceback" not in err
-    assert not (tmp_path / "run" / "model.keras").exists()
+    junk = tmp_path / "photos" / "china" / "junk.jpg"
+    assert f"error: the image file {str(junk)!r} (18 bytes) cannot be read: Unknown image file format" in err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()  # refused before training: no backup/ either
+
+
+def test_a_run_that_fails_in_its_first_step_leaves_no_run_file(tmp_path, monkeypatch, capsys):
+    """backup/run.json says which run a backup belongs to: one that never trained must leave none behind."""
+    import tensorflow as tf
+
+    load = train._load_data
+
+    def failing(args, image_size, batch_size):  # the first batch fails inside fit, as a bad TFDS record would
+        good, val = load(args, image_size, batch_size)
+        bad = good.map(lambda x, y: (tf.debugging.check_numerics(x * float("nan"), "a bad record"), y))
+        bad.class_names, bad.num_examples = good.class_names, good.num_examples
+        return bad, val
+
+    monkeypatch.setattr(train, "_load_data", failing)
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*TINY, "--output-dir", str(out)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: the data could not be read: " in err and "a bad record : Tensor had NaN values" in err
+    assert not (out / "backup").exists()
+    backup = tmp_path / "mine"  # an empty --backup-dir of the user's own is kept, empty
+    backup.mkdir()
+    with pytest.raises(SystemExit):
+        train.main([*TINY, "--output-dir", str(out), "--backup-dir", str(backup)])
+    assert os.listdir(backup) == []
 
 
 def test_image_folder(tmp_path):

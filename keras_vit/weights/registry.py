@@ -214,6 +214,33 @@ def sha256(path, chunk=1 << 20):
     return digest.hexdigest()
 
 
+def cache_path(checkpoint, cache_dir=None):
+    """The path `fetch` keeps `checkpoint`'s file at, where a copy put by hand is used without a download.
+
+    `keras.utils.get_file`'s rule: `cache_dir` (default `$KERAS_HOME`, else
+    `~/.keras`, else `/tmp/.keras` where that is not writable), then
+    `models/keras_vit/`, then the registry name with "/" as "--" plus
+    ".npz", e.g. `~/.keras/models/keras_vit/augreg--Ti_16-i21k.npz`.
+    """
+    if cache_dir is None:
+        try:
+            from keras.src.backend.config import keras_home  # what get_file reads; not public API
+        except ImportError:  # another Keras layout: its documented default
+            base = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+        else:
+            base = keras_home()
+    else:
+        base = cache_dir
+    base = os.path.expanduser(base)
+    if not os.access(base, os.W_OK):  # get_file falls back so too
+        base = os.path.join("/tmp", ".keras")
+    return os.path.join(base, CACHE_SUBDIR, _cache_name(checkpoint))
+
+
+def _cache_name(checkpoint):
+    return f"{checkpoint.name.replace('/', '--')}.npz"
+
+
 def fetch(checkpoint, cache_dir=None):
     """Downloads a checkpoint with `keras.utils.get_file` (cached) and checks its size and SHA-256.
 
@@ -241,7 +268,7 @@ def fetch(checkpoint, cache_dir=None):
             (the file has been deleted), or the download failed (the
             message names the URL and the cause).
     """
-    fname = f"{checkpoint.name.replace('/', '--')}.npz"
+    fname = _cache_name(checkpoint)
     for _ in (1, 2):  # a stale or damaged cached copy is fetched again once
         try:
             path = keras.utils.get_file(fname, checkpoint.url, cache_dir=cache_dir, cache_subdir=CACHE_SUBDIR)

@@ -1,0 +1,244 @@
+"""What `keras-vit-train` and `keras-vit-pretrain` share as command lines: the parser and its errors.
+
+`ArgumentParser` shows every flag's default in `--help` (a flag's own help
+text says it where the default needs words, e.g. "default: every epoch";
+otherwise "(default: X)" is added) and answers a mistyped choice with
+`difflib`'s closest value ("did you mean 'mixed_bfloat16'?"). `cli` runs a
+command and turns a `ValueError` into one line and exit status 2, with the
+Python parameter names of the library's messages (`num_heads`,
+`directory=...`) replaced by the flags that set them (`--num-heads`,
+`--image-folder ...`): `flag_names`. The argument groups both commands
+take (`add_data_arguments` ... `add_output_arguments`) are here too.
+"""
+
+import argparse
+import copy
+import difflib
+import re
+import sys
+
+# Library parameters whose flag is not "--" + the name with dashes (keras_vit.data, the builders).
+PARAMETER_FLAGS = {
+    "directory": "--image-folder",
+    "validation_split": "--validation-fraction",
+    "data_dir": "--tfds-data-dir",
+    "input_shape": "--image-size",
+    "checkpoint": "--weights",
+}
+
+
+DEFAULTS = {
+    "image_size": 16,
+    "patch_size": 4,
+    "hidden_size": 128,
+    "num_layers": 4,
+    "num_heads": 4,
+    "mlp_dim": 512,
+}
+
+
+def add_data_arguments(parser):
+    """Adds the data flags that `keras-vit-train` and `keras-vit-pretrain` share; returns the group.
+
+    One of --dataset digits, --image-folder DIR, --tfds NAME (default
+    digits), with --tfds-data-dir, --train-split, --validation-split,
+    --validation-fraction and --augment. `_load_data` reads them.
+    """
+    group = parser.add_argument_group("data (one of --dataset, --image-folder, --tfds)")
+    src = group.add_mutually_exclusive_group()
+    src.add_argument("--dataset", choices=["digits"], default=None, help="built-in data set (default: digits)")
+    src.add_argument("--image-folder", metavar="DIR",
+                     help="folder with one sub-folder of images per class (default: none, digits is read)")
+    src.add_argument("--tfds", metavar="NAME", help="TensorFlow Datasets name, read from --tfds-data-dir (default: none)")
+    group.add_argument("--tfds-data-dir", metavar="DIR", default=None,
+                       help="TFDS data folder of --tfds (default: TFDS' own, ~/tensorflow_datasets)")
+    group.add_argument("--train-split", default="train", help="TFDS training split (default: train)")
+    group.add_argument("--validation-split", default="test", help="TFDS held-out split (default: test)")
+    group.add_argument("--validation-fraction", type=float, default=0.2, help="held-out fraction of --image-folder")
+    group.add_argument("--augment", choices=["none", "crop", "crop_flip", "affine"], default=None,
+                       help="default: affine (small rotations and zooms) for digits, crop for other data")
+    return group
+
+
+def add_model_arguments(parser):
+    """Adds the architecture flags (--variant, --image-size, --patch-size ... --stochastic-depth-rate); returns the group.
+
+    Unset flags are None; `_model_config` fills in `DEFAULTS`.
+    """
+    from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
+    from keras_vit.models.variants import VARIANTS
+
+    group = parser.add_argument_group("model")
+    group.add_argument("--variant", choices=sorted(VARIANTS), default=None,
+                       help="a ViT variant of the paper's Table 1 (default: none, the small ViT of the flags below)")
+    group.add_argument("--image-size", type=int, default=None,
+                       help=f"input height and width (default {DEFAULTS['image_size']}, 224 for variants)")
+    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
+        group.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=f"default {DEFAULTS[name]}")
+    group.add_argument("--position-embedding", choices=POSITION_EMBEDDINGS, default=None,
+                       help="position embeddings of the paper's Appendix D.4: learned (default, one 1D table), "
+                       "learned_2d (X and Y tables), sincos_2d (fixed) or none")
+    group.add_argument("--dropout-rate", type=float, default=None, help="default 0")
+    group.add_argument("--stochastic-depth-rate", type=float, default=None, help="default 0")
+    return group
+
+
+def add_training_arguments(parser, learning_rate):
+    """Adds the flags of a `model.fit` run (length, learning rate, precision, strategy, XLA, backup); returns the group.
+
+    --epochs, --batch-size, --learning-rate (default `learning_rate`),
+    --warmup-epochs, --precision, --strategy, --tpu, --backup-dir,
+    --backup-every, --xla / --no-xla and --seed; `_check_run_args`,
+    `_start` and `_fit` read them.
+    """
+    group = parser.add_argument_group("training")
+    group.add_argument("--epochs", type=int, default=100)
+    group.add_argument("--batch-size", type=int, default=64)
+    group.add_argument("--learning-rate", type=float, default=learning_rate, help=f"peak learning rate (default {learning_rate:g})")
+    group.add_argument("--warmup-epochs", type=float, default=None, help="linear warm-up (default: 6%% of --epochs)")
+    group.add_argument("--precision", choices=["float32", "mixed_bfloat16", "mixed_float16"], default="float32",
+                       help="Keras dtype policy; the mixed ones compute in 16 bits and keep float32 weights, "
+                       "mixed_float16 adds dynamic loss scaling (pure bfloat16/float16 weights are refused: most "
+                       "updates round away)")
+    group.add_argument("--strategy", choices=["default", "mirrored", "multi_worker", "tpu"], default="default",
+                       help="tf.distribute strategy: one device, all local GPUs, workers from TF_CONFIG, or a TPU "
+                       "(--batch-size is the global batch; TensorFlow backend only); see docs/scaling.md")
+    group.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu (default: the local TPU)")
+    group.add_argument("--backup-dir", default=None,
+                       help="where a preempted run keeps its state to resume from (default: OUTPUT_DIR/backup); "
+                       "the folder is deleted when training ends, so it must hold nothing else")
+    group.add_argument("--backup-every", type=int, default=None,
+                       help="back up every N steps (a resumed run restarts its epoch) (default: every epoch)")
+    group.add_argument("--xla", choices=["auto", "on", "off"], default="auto",
+                       help="compile the train step with XLA (jit_compile). auto: on, except for mixed_bfloat16 on "
+                       "CPUs and for several CPU replicas, where it is slower or cannot compile, and under op "
+                       "determinism (TF_DETERMINISTIC_OPS=1), where Keras turns XLA off; off on the PyTorch "
+                       "backend, where jit_compile means torch.compile (on asks for it; slower to start)")
+    group.add_argument("--no-xla", dest="xla", action="store_const", const="off", help="the same as --xla off (default: not given)")
+    group.add_argument("--seed", type=int, default=0)
+    return group
+
+
+def add_output_arguments(parser, default_dir, what):
+    """Adds --output-dir (default `default_dir`; `what` says what goes there), --overwrite and --verbose."""
+    group = parser.add_argument_group("output")
+    group.add_argument("--output-dir", default=default_dir, help=f"folder for {what}")
+    group.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run")
+    group.add_argument("--verbose", type=int, choices=[0, 1, 2], default=1,
+                       help="silent (0), Keras progress bar and the device line (1), one line per epoch and "
+                       "TensorFlow's own log, unfiltered (2)")
+    return group
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter that adds "(default: X)" to every flag whose help does not say its default."""
+
+    def _format_action(self, action):
+        if action.option_strings and not action.help and action.default is not argparse.SUPPRESS:
+            action = copy.copy(action)  # argparse shows no help line for a flag without help text
+            action.help = "(default: %(default)s)"
+        return super()._format_action(action)
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.option_strings and action.default is not argparse.SUPPRESS and "default" not in text.lower():
+            text += (" " if text else "") + "(default: %(default)s)"
+        return text
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """`argparse.ArgumentParser` with `HelpFormatter`, and "did you mean" for a mistyped choice.
+
+    A value outside a flag's `choices` exits with status 2 and, e.g.,
+    "argument --precision: invalid choice: 'mixed_bfloat' (choose from
+    'float32', 'mixed_bfloat16', 'mixed_float16'); did you mean
+    'mixed_bfloat16'?" (the closest choice by `difflib.get_close_matches`,
+    when one is close enough).
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def _check_value(self, action, value):
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(repr(c) for c in action.choices)
+            message = f"invalid choice: {value!r} (choose from {choices})" + did_you_mean(value, action.choices)
+            raise argparse.ArgumentError(action, message)
+
+
+def did_you_mean(value, choices):
+    """"; did you mean 'X'?" for the choice closest to `value` (`difflib.get_close_matches`, cutoff 0.6), else ""."""
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def flag_names(message, parser):
+    """`message` with the Python parameters that `parser`'s flags set written as those flags.
+
+    "`hidden_size` must be divisible by `num_heads`. Received: hidden_size=128,
+    num_heads=3" becomes "--hidden-size must be divisible by --num-heads.
+    Received: --hidden-size 128, --num-heads 3". A parameter is a flag's
+    `dest` or a key of `PARAMETER_FLAGS` (`directory` -> `--image-folder`);
+    it is replaced where it is quoted in backticks, followed by "=" (a
+    value), or, for names with an underscore, standing alone as a word
+    (not inside a path or a quoted string).
+    """
+    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings and a.dest != "help"}
+    flags.update(PARAMETER_FLAGS)
+    names = "|".join(sorted(map(re.escape, flags), key=len, reverse=True))
+    message = re.sub(rf"`({names})`", lambda m: flags[m.group(1)], message)
+    message = re.sub(rf"(?<![\w/.'\"-])({names})=(?!=)", lambda m: flags[m.group(1)] + " ", message)
+    underscored = "|".join(re.escape(n) for n in sorted(flags, key=len, reverse=True) if "_" in n)
+    return re.sub(rf"(?<![\w/.'\"`-])({underscored})(?![\w/'\"`=-])", lambda m: flags[m.group(1)], message)
+
+
+def require_tensorflow(prog):
+    """Exits with status 2 and one line naming the extra to install when TensorFlow is missing (the training
+    command lines read their data through tf.data); call it before anything imports TensorFlow."""
+    from keras_vit._backend import tensorflow
+
+    try:
+        tensorflow(f"{prog} (its input pipelines are tf.data)")
+    except ImportError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def cli(parser, argv, run_fn, summary):
+    """Parses `argv`, runs `run_fn(args)` and prints `summary(args, metrics)`; returns 0.
+
+    A ValueError (a bad flag, named in its message; `flag_names` writes the
+    library's parameter names as flags) or a data file that TensorFlow
+    cannot decode exits with status 2 and one line, no traceback. The
+    global Keras dtype policy (set by --precision) is given back.
+    """
+    from keras_vit import _console
+
+    args = parser.parse_args(argv)
+    _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
+    import keras
+
+    previous_policy = keras.config.dtype_policy()  # --precision sets the global policy; callers get theirs back
+    try:
+        metrics = run_fn(args)
+    except ValueError as e:
+        parser.exit(2, f"{parser.prog}: error: {flag_names(str(e), parser)}\n")
+    except Exception as e:  # a file of the data set that TensorFlow cannot decode
+        if type(e).__name__ != "InvalidArgumentError":
+            raise
+        parser.exit(2, f"{parser.prog}: error: the data could not be read: {op_error_line(e)[:300]}\n")
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+    print(summary(args, metrics))
+    return 0
+
+
+def op_error_line(error):
+    """The line of a TensorFlow error that says what failed: in a "Graph execution error", the one before the op's
+    `[[{{node ...}}]]` (e.g. "a bad record : Tensor had NaN values"), else the first."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    for before, line in zip(lines, lines[1:]):
+        if line.startswith("[[") and not before.startswith(("[[", "File ")):
+            return before
+    return lines[0] if lines else type(error).__name__
