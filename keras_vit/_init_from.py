@@ -68,7 +68,7 @@ def fine_tuning_model(model, image_size, classes, precision):
     import keras
 
     import keras_vit
-    from keras_vit.layers import SequencePooling
+    from keras_vit.layers import ClassifierHead, SequencePooling
 
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     shape = tuple(model.input_shape[1:3])
@@ -91,7 +91,7 @@ def fine_tuning_model(model, image_size, classes, precision):
         features = SequencePooling("token" if class_token else "avg", class_token=class_token, name="pooling")(
             model.outputs[0])
     activation = None if head is None else head.activation
-    outputs = keras.layers.Dense(
+    outputs = ClassifierHead(
         classes, kernel_initializer="zeros", activation=activation, dtype="float32", name="predictions"
     )(features)
     print(f"--init-from: new zero-initialised head of {classes} classes "

@@ -394,6 +394,9 @@ def run(args):
             model = getattr(keras_vit, args.variant)(**common)
         else:
             model = keras_vit.VisionTransformer(name=name, **model_config, **common)
+        if not keras_vit.layers.set_model_class_names(model, list(train.class_names)):  # into the .keras file
+            print("the model's head is a plain Dense layer (saved before keras_vit kept class names): the class names "
+                  "go to metrics.json only; pass keras-vit-export --labels")
         if args.freeze_backbone:
             _train_weights.freeze_backbone(model)
         training.compile_model(

@@ -206,6 +206,12 @@ def test_image_folder(tmp_path):
     out = tmp_path / "run"
     assert train.main([*TINY, "--image-folder", str(tmp_path / "photos"), "--output-dir", str(out), "--batch-size", "4"]) == 0
     assert json.loads((out / "metrics.json").read_text())["class_names"] == ["china", "flower"]
+    import keras
+
+    import keras_vit
+
+    # issue 25: the class names travel inside the .keras file, to keras-vit-export
+    assert keras_vit.layers.model_class_names(keras.saving.load_model(out / "model.keras")) == ["china", "flower"]
 
 
 def _one_epoch():

@@ -70,6 +70,7 @@ def test_head_is_replaced_by_a_zero_initialised_one_for_other_classes(tmp_path, 
     assert "pre_logits" not in names and tuned.output_shape == (None, 2)
     head = tuned.get_layer("predictions")
     assert head.dtype_policy.name == "float32" and head.activation is keras.activations.linear
+    assert head.class_names == ["china", "flower"]  # issue 25: the class names travel in the .keras file
     assert np.abs(np.asarray(head.kernel)).max() < 1e-9 and np.abs(np.asarray(head.bias)).max() < 1e-9
     expected = {k: v for k, v in _weights(start).items() if not k.startswith(("predictions/", "pre_logits/"))}
     got = _weights(tuned)

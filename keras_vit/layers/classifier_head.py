@@ -99,3 +99,22 @@ def model_class_names(model):
     while isinstance(layer, keras.Model) and layer.layers:
         layer = layer.layers[-1]
     return list(layer.class_names) if isinstance(layer, ClassifierHead) and layer.class_names else None
+
+
+def set_model_class_names(model, class_names):
+    """Stores `class_names` in a model's head if it is a `ClassifierHead`; returns whether it could.
+
+    The head is found as in `model_class_names`. A plain `keras.layers.Dense`
+    head (a `.keras` file saved before keras_vit had `ClassifierHead`, or a
+    user's own head) cannot keep them: False.
+
+    Raises:
+        ValueError: bad `class_names` for the head (`check_class_names`).
+    """
+    layer = model
+    while isinstance(layer, keras.Model) and layer.layers:
+        layer = layer.layers[-1]
+    if not isinstance(layer, ClassifierHead):
+        return False
+    layer.set_class_names(class_names)
+    return True
