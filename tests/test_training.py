@@ -361,6 +361,7 @@ def test_jit_compile_is_auto_or_a_bool(tiny_config, value):
 def test_a_keras_quantized_model_is_refused(tiny_config):
     model = VisionTransformer(**tiny_config)
     model.quantize("int8")
+    assert model.get_layer("predictions").dtype_policy.name.startswith("int8")  # the head too (ClassifierHead)
     with pytest.raises(ValueError, match=r"`model`: model .* was quantised with model.quantize \(\d+ int8 layers.*Train the float model, then quantise"):
         training.compile_model(model, total_steps=2)
 

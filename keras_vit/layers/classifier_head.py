@@ -78,6 +78,14 @@ class ClassifierHead(keras.layers.Dense):
         """
         self.class_names = check_class_names(class_names, self.units)
 
+    def quantize(self, mode=None, type_check=True, config=None):
+        """`keras.layers.Dense.quantize` (Keras' `model.quantize`): the same computation, so the same quantisation.
+
+        Dense refuses its subclasses by default (`type_check`), which would
+        leave the head in float while the rest of the model is quantised.
+        """
+        super().quantize(mode, type_check=False, config=config)
+
     def get_config(self):
         return {**super().get_config(), "class_names": None if self.class_names is None else list(self.class_names)}
 
