@@ -55,7 +55,8 @@ def build_parser():
                         "files of H x W (default: its table's grid x patch size); 'dynamic': .tflite files of "
                         "dynamic height and width too (float32, float16, dynamic_int8)")
     p.add_argument("--overwrite", action="store_true", help="replace existing artifacts")
-    _console.add_verbose_argument(p)
+    _console.add_verbose_argument(p, help="0: errors only; 1: progress, the table, warnings, one line naming the "
+                                  "devices, no converter noise (default); 2: everything TensorFlow and LiteRT print")
     return p
 
 
@@ -65,7 +66,7 @@ def main(argv=None):
     A SIGTERM removes the staging folder and every temporary file, and ends the
     process with status 143 (`keras_vit._files.exit_on_sigterm`).
     """
-    with _files.exit_on_sigterm():
+    with _files.exit_on_sigterm(), _console.output_filter(_console.CONVERTER_NOISE):  # from _console.start() on
         return _main(argv)
 
 
