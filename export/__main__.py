@@ -6,19 +6,19 @@ Exit status: 0 when every artifact passed, 1 when one failed verification
 (named in the message; no file is left under its name), 2 for bad input.
 """
 
-import argparse
 import json
 import sys
 
+from export import _cli_text
 from export.onnx_quantization import ONNX_QUANTIZATIONS
 from export.pipeline import FORMATS
-from export.tflite import DEFAULT_QUANTIZATIONS, QUANTIZATIONS
-from keras_vit import _console, _files
+from export.tflite import CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, REFUSED
+from keras_vit import _cli, _console, _files
 
 
 def build_parser():
     """Returns the `argparse.ArgumentParser` of `keras-vit-export`."""
-    p = argparse.ArgumentParser(prog="keras-vit-export", description=__doc__.splitlines()[0])
+    p = _cli.ArgumentParser(prog="keras-vit-export", description=__doc__.splitlines()[0])  # "did you mean" on typos
     p.add_argument("model", help="a keras_vit model saved as .keras")
     p.add_argument("--formats", default=",".join(FORMATS), help=f"comma list of {', '.join(FORMATS)} (default: all)")
     p.add_argument(
@@ -57,7 +57,7 @@ def build_parser():
     p.add_argument("--overwrite", action="store_true", help="replace existing artifacts")
     _console.add_verbose_argument(p, help="0: errors only; 1: progress, the table, warnings, one line naming the "
                                   "devices, no converter noise (default); 2: everything TensorFlow and LiteRT print")
-    return p
+    return _cli.complete_help(p)  # every flag's default in --help
 
 
 def main(argv=None):
@@ -79,6 +79,7 @@ def _main(argv):
     from export.verify import VerificationError
 
     try:
+        _cli_text.check_arguments(args, FORMATS, QUANTIZATIONS, REFUSED, ONNX_QUANTIZATIONS)  # before the data is read
         parse_list(args.formats, FORMATS, "format")
         parse_list(args.quantization, QUANTIZATIONS, "quantization")
         parse_list(args.onnx_quantization, ONNX_QUANTIZATIONS, "onnx_quantization")
@@ -104,14 +105,17 @@ def _main(argv):
             image_size=args.image_size,
         )
     except (ValueError, FileExistsError) as e:
-        parser.exit(2, f"{parser.prog}: error: {e}\n")
+        parser.exit(2, f"{parser.prog}: error: {_cli_text.flag_names(e)}\n")
     except VerificationError as e:
+        report = {}
         try:
             with open(f"{args.output_dir}/report.json") as f:
-                print(format_table(json.load(f)))
+                report = json.load(f)
+            print(format_table(report))
         except OSError:
             pass
-        parser.exit(1, f"{parser.prog}: {e}\n")
+        tip = _cli_text.what_to_try(report, CALIBRATED)  # more training, other images, or the mode left out
+        parser.exit(1, f"{parser.prog}: {_cli_text.flag_names(e)}\n" + (f"{parser.prog}: {tip}\n" if tip else ""))
     except Exception as e:  # an image of the calibration data that TensorFlow cannot decode
         if type(e).__name__ != "InvalidArgumentError":
             raise
