@@ -388,7 +388,7 @@ class _OutputFilter:
         if tty and sys.stderr is sys.__stderr__:  # LiteRT Quantizer shows its bars on a terminal only
             sys.stderr = _Terminal(sys.stderr)
         self.devnull = None
-        if quiet:  # --verbose 0: only errors. Nothing on stdout, no Python warning unless asked for (-W, PYTHONWARNINGS)
+        if quiet:  # --verbose 0: errors only; no stdout, no Python warning unless asked for (-W)
             self.devnull, self.stdout = os.open(os.devnull, os.O_WRONLY), os.dup(1)
             os.dup2(self.devnull, 1)
             self.warnings = warnings.catch_warnings()
