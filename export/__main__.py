@@ -6,20 +6,20 @@ Exit status: 0 when every artifact passed, 1 when one failed verification
 (named in the message; no file is left under its name), 2 for bad input.
 """
 
-import argparse
 import json
 import sys
 
+from export import _cli_text
 from export.input_range import RANGES
 from export.onnx_quantization import ONNX_QUANTIZATIONS
 from export.pipeline import FORMATS
-from export.tflite import DEFAULT_QUANTIZATIONS, QUANTIZATIONS
-from keras_vit import _console, _files
+from export.tflite import CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, REFUSED
+from keras_vit import _cli, _console, _files
 
 
 def build_parser():
     """Returns the `argparse.ArgumentParser` of `keras-vit-export`."""
-    p = argparse.ArgumentParser(prog="keras-vit-export", description=__doc__.splitlines()[0])
+    p = _cli.ArgumentParser(prog="keras-vit-export", description=__doc__.splitlines()[0])  # "did you mean" on typos
     p.add_argument("model", help="a keras_vit model saved as .keras")
     p.add_argument("--formats", default=",".join(FORMATS), help=f"comma list of {', '.join(FORMATS)} (default: all)")
     p.add_argument(
@@ -34,7 +34,9 @@ def build_parser():
                         "on --calibration-data)")
     p.add_argument("--calibration-data", default=None, metavar="digits|FOLDER|TFDS-NAME",
                    help="calibration images for int8 and held-out images for verification (default: a seeded random batch)")
-    p.add_argument("--labels", default=None, metavar="FILE", help="class names, one per line (default: the data set's)")
+    p.add_argument("--labels", default=None, metavar="FILE",
+                   help="class names, one per line (default: the model's own, which keras-vit-train stores, else the "
+                        "calibration data set's, else 0..n-1)")
     p.add_argument("--output-dir", required=True)
     p.add_argument("--include-preprocessing", action="store_true",
                    help="artifacts take raw pixels in [0, 255] (input 'pixels', file names ending in _pixels) and "
@@ -61,8 +63,9 @@ def build_parser():
                         "files of H x W (default: its table's grid x patch size); 'dynamic': .tflite files of "
                         "dynamic height and width too (float32, float16, dynamic_int8)")
     p.add_argument("--overwrite", action="store_true", help="replace existing artifacts")
-    _console.add_verbose_argument(p)
-    return p
+    _console.add_verbose_argument(p, help="0: errors only; 1: progress, the table, warnings, one line naming the "
+                                  "devices, no converter noise (default); 2: everything TensorFlow and LiteRT print")
+    return _cli.complete_help(p)  # every flag's default in --help
 
 
 def main(argv=None):
@@ -71,7 +74,7 @@ def main(argv=None):
     A SIGTERM removes the staging folder and every temporary file, and ends the
     process with status 143 (`keras_vit._files.exit_on_sigterm`).
     """
-    with _files.exit_on_sigterm():
+    with _files.exit_on_sigterm(), _console.output_filter(_console.CONVERTER_NOISE):  # from _console.start() on
         return _main(argv)
 
 
@@ -85,6 +88,7 @@ def _main(argv):
     from export.verify import VerificationError
 
     try:
+        _cli_text.check_arguments(args, FORMATS, QUANTIZATIONS, REFUSED, ONNX_QUANTIZATIONS)  # before the data is read
         parse_list(args.formats, FORMATS, "format")
         parse_list(args.quantization, QUANTIZATIONS, "quantization")
         parse_list(args.onnx_quantization, ONNX_QUANTIZATIONS, "onnx_quantization")
@@ -111,14 +115,17 @@ def _main(argv):
             input_range=args.input_range,
         )
     except (ValueError, FileExistsError) as e:
-        parser.exit(2, f"{parser.prog}: error: {e}\n")
+        parser.exit(2, f"{parser.prog}: error: {_cli_text.flag_names(e)}\n")
     except VerificationError as e:
+        report = {}
         try:
             with open(f"{args.output_dir}/report.json") as f:
-                print(format_table(json.load(f)))
+                report = json.load(f)
+            print(format_table(report))
         except OSError:
             pass
-        parser.exit(1, f"{parser.prog}: {e}\n")
+        tip = _cli_text.what_to_try(report, CALIBRATED)  # more training, other images, or the mode left out
+        parser.exit(1, f"{parser.prog}: {_cli_text.flag_names(e)}\n" + (f"{parser.prog}: {tip}\n" if tip else ""))
     except Exception as e:  # an image of the calibration data that TensorFlow cannot decode
         if type(e).__name__ != "InvalidArgumentError":
             raise

@@ -54,6 +54,7 @@ import contextlib
 import io
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -147,7 +148,11 @@ def quantize(float_content, quantization, samples=None, name="model", num_thread
     # its calibration and transformation bars are tqdm bars on stderr: shown on a terminal when progress is on
     bars = contextlib.nullcontext() if progress and sys.stderr.isatty() else contextlib.redirect_stderr(io.StringIO())
     try:
-        with bars:
+        with bars, warnings.catch_warnings():
+            # its calibration interpreter keeps every tensor, and LiteRT warns that this is "for debugging purposes
+            # only" (seen on a terminal, where the bars are not redirected): what the calibration needs, not a fault
+            warnings.filterwarnings("ignore", message=r"Warning: Enabling `experimental_preserve_all_tensors`",
+                                    category=UserWarning)
             calibration = None
             if quantizer.need_calibration:
                 signatures = Interpreter(model_content=bytes(float_content)).get_signature_list()

@@ -29,14 +29,25 @@ or "-1" does not avoid it. Hence two steps:
 
 With `--verbose 2` nothing is captured or filtered and TF_CPP_MIN_LOG_LEVEL
 is left as it is: TensorFlow prints what it always prints.
+
+A command line whose work goes on writing known noise (`keras-vit-export`:
+the TFLite converter's and LiteRT's lines in `CONVERTER_NOISE`, written by
+C++ straight to descriptor 2) wraps its `main()` in `output_filter(noise)`:
+from `start()` on, descriptor 2 is a pipe read by a small filter process
+(`forward_lines`) that writes every other line to the real stderr as it
+comes. A process of its own: it never waits for this one's GIL, and what a
+crash writes last still gets through.
 """
 
 import atexit
+import contextlib
 import faulthandler
 import os
 import re
+import subprocess
 import sys
 import tempfile
+import warnings
 
 PROGRAMS = ("keras-vit-train", "keras-vit-export", "keras-vit-convert", "keras-vit-pretrain")  # setup.cfg scripts
 # python -m MODULE -> the program it runs
@@ -58,7 +69,28 @@ NOISE = (
 # driver is installed: with a driver, a failed cuInit is a real fault and is shown.
 NO_DRIVER_NOISE = (re.compile(_ABSL + rb"cuda_platform\.cc:\d+\] failed call to cuInit: "),)
 
+# Written while a command line works, on every run, by TensorFlow 2.21's TFLite converter and LiteRT 2.x (measured on
+# `keras-vit-export --quantization float32,int8,int16x8 --calibration-data FOLDER`): facts about the converter's
+# internals, none about the user's model or files.
+CONVERTER_NOISE = (
+    # tf_tfl_flatbuffer_helpers.cc, each TFLiteConverter.convert(): TF1-era converter flags the MLIR converter ignores.
+    re.compile(_ABSL + rb"tf_tfl_flatbuffer_helpers\.cc:\d+\] Ignored (output_format|drop_control_dependency)\.$"),
+    # The TFLite quantiser (printf to stderr), each quantised conversion: the types it was asked for.
+    re.compile(rb"fully_quantize: \d+, inference_type: \d+, input_inference_type: \w+, output_inference_type: \w+$"),
+    # flatbuffer_export.cc, each quantised conversion: the converter writes the runtime version metadata later itself.
+    re.compile(_ABSL + rb"flatbuffer_export\.cc:\d+\] Skipping runtime version metadata in the model\. "),
+    # LiteRT, its first interpreter in a process: XNNPACK is its default CPU delegate.
+    re.compile(rb"INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$"),
+    # LiteRT, when LiteRT Quantizer loads its in-memory flatbuffers (int16x8): their buffers are not 8-byte aligned,
+    # so LiteRT copies them. The written .tflite files load without this warning (measured, from path and bytes).
+    re.compile(rb"WARNING: Read-only tensor #\d+ \(.*\) has an unaligned buffer \(0x[0-9a-fA-F]+, required "
+               rb"alignment \d+\); copying to an aligned heap buffer\. "),
+)
+# Dropped too under `--verbose 0` (errors only): absl's INFO and WARNING lines, LiteRT's "INFO:" and "WARNING:" lines.
+QUIET_NOISE = (re.compile(rb"[IW]\d{4} \d\d:\d\d:[\d.]+ +\d+ "), re.compile(rb"(INFO|WARNING): "))
+
 _capture = None  # the _Capture that quiet_start() began, until start() or the exit ends it
+_filter = None  # the _OutputFilter that output_filter() prepared, started by start()
 
 
 def cli_name(argv=None, orig_argv=None):
@@ -233,11 +265,16 @@ def _backend_gpu_names():
     return []
 
 
-def add_verbose_argument(parser):
-    """Adds `--verbose {0,1,2}` (default 1) to an `argparse.ArgumentParser`; read it with `start`."""
+def add_verbose_argument(parser, help=None):
+    """Adds `--verbose {0,1,2}` (default 1) to an `argparse.ArgumentParser`; read it with `start`.
+
+    Args:
+        parser: the `argparse.ArgumentParser`.
+        help: str, the flag's help text; default: what `start` does with each level.
+    """
     parser.add_argument("--verbose", type=int, choices=[0, 1, 2], default=1,
-                        help="0: no device line; 1: one line naming the devices (default); 2: TensorFlow's own "
-                        "start-up log, unfiltered")
+                        help=help or "0: no device line; 1: one line naming the devices (default); 2: TensorFlow's "
+                        "own start-up log, unfiltered")
 
 
 def start(prog, verbose=1):
@@ -246,7 +283,8 @@ def start(prog, verbose=1):
     Lists the devices while `quiet_start`'s capture still holds file
     descriptor 2, writes back what was captured (without `NOISE`, or all of
     it when `verbose` is 2), then prints one line to stderr, e.g.
-    "keras-vit-train: running on CPU (2 cores)".
+    "keras-vit-train: running on CPU (2 cores)". Inside `output_filter`,
+    its filter then starts (unless `verbose` is 2).
 
     Args:
         prog: str, the program's name, e.g. "keras-vit-train".
@@ -258,3 +296,144 @@ def start(prog, verbose=1):
         _release(raw=verbose >= 2)
     if verbose >= 1:
         print(f"{prog}: running on {summary}", file=sys.stderr, flush=True)
+    if _filter is not None and verbose < 2:
+        _filter.start(quiet=verbose == 0)
+
+
+def forward_lines(source, target, patterns):
+    """Copies the lines read from file descriptor `source` to `target`, less those that match a pattern, until EOF.
+
+    A line ends in b"\\n", or in b"\\r" (a progress bar redrawn in place: it
+    goes through at once); a last line without either is written at EOF.
+    What `output_filter`'s process runs.
+
+    Args:
+        source, target: int file descriptors (a pipe's read end, stderr).
+        patterns: compiled bytes regular expressions, matched at a line's start.
+    """
+    pending = b""
+    while True:
+        try:
+            chunk = os.read(source, 65536)
+        except InterruptedError:  # pragma: no cover - retried by Python itself since 3.5
+            continue
+        pieces = re.split(rb"(?<=[\r\n])", pending + chunk)
+        pending = pieces.pop() if chunk else b""
+        for piece in pieces:
+            if piece and not any(p.match(piece) for p in patterns):
+                while piece:
+                    piece = piece[os.write(target, piece):]
+        if not chunk:
+            return
+
+
+# The filter process: Python without site-packages, loading this file by path (no TensorFlow), never stopped by a
+# Ctrl-C or SIGTERM meant for the command line: it ends when the last writer closes the pipe, after writing it all.
+_FILTER_PROCESS = """
+import importlib.util, re, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+spec = importlib.util.spec_from_file_location("_console", sys.argv[1])
+console = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(console)
+console.forward_lines(0, 1, [re.compile(p.encode("latin-1")) for p in sys.argv[2:]])
+"""
+
+
+class _Terminal:
+    """A stream whose `isatty()` answers for the terminal behind the filter (progress bars stay on), else as it."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def isatty(self):
+        return True
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+class _OutputFilter:
+    """Points file descriptor 2 at a filter process (and, quiet, descriptor 1 at /dev/null) between start and stop."""
+
+    def __init__(self, noise):
+        self.noise = tuple(noise)
+        self.process = None
+
+    def start(self, quiet=False):
+        """Starts filtering; does nothing where no filter process can start (no Python executable, no pipes)."""
+        patterns = NOISE + self.noise + (QUIET_NOISE if quiet else ())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        opened = []
+        try:
+            tty = os.isatty(2)
+            read, write = os.pipe()
+            opened += [read, write]
+            self.saved = os.dup(2)
+            opened.append(self.saved)
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _FILTER_PROCESS, os.path.abspath(__file__),
+                 *(p.pattern.decode("latin-1") for p in patterns)],
+                stdin=read, stdout=self.saved, stderr=self.saved)
+        except (OSError, ValueError):  # no Python executable (embedded), no descriptor 2: not filtered
+            for fd in opened:
+                os.close(fd)
+            self.process = None
+            return
+        os.close(read)
+        os.dup2(write, 2)
+        os.close(write)
+        self.streams = (sys.stdout, sys.stderr)
+        if tty and sys.stderr is sys.__stderr__:  # LiteRT Quantizer shows its bars on a terminal only
+            sys.stderr = _Terminal(sys.stderr)
+        self.devnull = None
+        if quiet:  # --verbose 0: errors only; no stdout, no Python warning unless asked for (-W)
+            self.devnull, self.stdout = os.open(os.devnull, os.O_WRONLY), os.dup(1)
+            os.dup2(self.devnull, 1)
+            self.warnings = warnings.catch_warnings()
+            self.warnings.__enter__()
+            if not sys.warnoptions:
+                warnings.simplefilter("ignore")
+
+    def stop(self):
+        """Restores the descriptors and waits (10 s at most) until the filter process has written everything."""
+        if self.process is None:
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = self.streams
+        if self.devnull is not None:
+            os.dup2(self.stdout, 1)
+            os.close(self.stdout)
+            os.close(self.devnull)
+            self.warnings.__exit__(None, None, None)
+        os.dup2(self.saved, 2)  # the pipe's last write end here: the filter process reads to its end and exits
+        os.close(self.saved)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # a child process still holding the pipe
+            self.process.wait(timeout=10)
+        self.process = None
+
+
+@contextlib.contextmanager
+def output_filter(noise):
+    """Within the block, from `start()` on, drops `noise` (and `NOISE`) from everything written to stderr.
+
+    For a command line whose work writes known noise to file descriptor 2
+    from C++ (`CONVERTER_NOISE`), around its `main()`. Every other line
+    reaches stderr unchanged and in order, as it is written. Under
+    `--verbose 0` (`start(prog, 0)`) absl's and LiteRT's INFO and WARNING
+    lines are dropped too, stdout goes to /dev/null and Python warnings are
+    ignored (unless -W or PYTHONWARNINGS asks for them): only errors show.
+    Under `--verbose 2` nothing is filtered.
+
+    Args:
+        noise: compiled bytes regular expressions, matched at a line's start.
+    """
+    global _filter
+    previous, _filter = _filter, _OutputFilter(noise)
+    try:
+        yield
+    finally:
+        current, _filter = _filter, previous
+        current.stop()

@@ -23,6 +23,8 @@ composited), grey is repeated to RGB, and RGB becomes grey by the ITU-R
 `convert("L")` uses (PIL rounds the result to an integer; this does not).
 """
 
+import contextlib
+import io
 import os
 
 import numpy as np
@@ -309,18 +311,20 @@ def from_directory(
                 f"validation_split={validation_split} of the {found} images in {directory!r} leaves an empty "
                 f"{'validation' if held_out == 0 else 'training'} subset; add images or change validation_split"
             )
-    # Keras lists and splits the files; its dataset, which would decode them, is never read.
-    listing = keras.utils.image_dataset_from_directory(
-        directory,
-        labels="inferred",
-        batch_size=None,
-        image_size=size,
-        shuffle=bool(validation_split),
-        seed=seed,
-        validation_split=validation_split,
-        subset=subset,
-        verbose=False,
-    )
+    # Keras lists and splits the files; its dataset, which would decode them, is never read. Keras 3.15 prints
+    # "Using N files for training." for a split whatever `verbose` says (dataset_utils.get_training_or_validation_split).
+    with contextlib.redirect_stdout(io.StringIO()):
+        listing = keras.utils.image_dataset_from_directory(
+            directory,
+            labels="inferred",
+            batch_size=None,
+            image_size=size,
+            shuffle=bool(validation_split),
+            seed=seed,
+            validation_split=validation_split,
+            subset=subset,
+            verbose=False,
+        )
     paths, class_names = list(listing.file_paths), listing.class_names
     index = {name: i for i, name in enumerate(class_names)}  # a file's class: its first folder under `directory`
     labels = [index[os.path.relpath(path, directory).split(os.sep)[0]] for path in paths]

@@ -214,6 +214,15 @@ def test_from_directory_keeps_keras_listing_split_and_labels(tmp_path):
         assert labels == [0 if f"{os.sep}china{os.sep}" in path else 1 for path in ours.file_paths]
 
 
+def test_from_directory_prints_nothing_when_it_splits(tmp_path, capsys):
+    """Keras 3.15 printed "Using N files for training." for a split even with verbose=False (keras-vit-export's
+    --calibration-data FOLDER showed it on every run)."""
+    _write_image_folder(tmp_path)
+    for subset in ("training", "validation"):
+        data.from_directory(tmp_path, image_size=16, validation_split=0.3, subset=subset, seed=4)
+    assert capsys.readouterr() == ("", "")
+
+
 def test_from_directory_shuffles_images_and_labels_together_and_augments_reproducibly(tmp_path):
     _write_image_folder(tmp_path)
 

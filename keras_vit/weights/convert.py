@@ -6,17 +6,20 @@ Example (shell):
     keras-vit-convert model.safetensors vit.keras --classes 10 --head reset
 """
 
-import argparse
 import os
 import sys
 
-from keras_vit import _console
+from keras_vit import _cli, _console
 from keras_vit._validation import check_bool, check_positive_int
 from keras_vit.weights.layouts import CheckpointError, read_checkpoint
 from keras_vit.weights.checkpoint import infer_config
 from keras_vit.weights.loader import load_pretrained
 
 OUTPUTS = (".weights.h5", ".keras")
+# convert()'s parameters -> keras-vit-convert's flags, for its error messages (keras_vit._cli.flag_names)
+FLAGS = {"image_size": "--image-size", "classes": "--classes", "num_heads": "--num-heads", "head": "--head",
+         "interpolation": "--interpolation", "antialias": "--antialias", "overwrite": "--overwrite",
+         "include_top=False": "--no-top", "output": "OUTPUT", "source": "SOURCE"}
 
 
 def _image_shape(image_size, config):
@@ -85,6 +88,10 @@ def convert(
     check_bool("include_top", include_top)
     check_bool("overwrite", overwrite)
     check_target(output, overwrite)
+    if classes is not None:  # checks that need no checkpoint come before it is read (or downloaded)
+        check_positive_int("classes", classes)
+    if image_size is not None:
+        _image_shape(image_size, {"image_size": None})
     if isinstance(source, str) and source in registry.CHECKPOINTS:
         source = registry.fetch(registry.CHECKPOINTS[source], cache_dir)
     arrays = read_checkpoint(source)
@@ -113,7 +120,7 @@ def convert(
 
 def main(argv=None):
     """`keras-vit-convert`: exit 0 on success, 2 on bad input (message on stderr, no traceback)."""
-    parser = argparse.ArgumentParser(
+    parser = _cli.ArgumentParser(  # "did you mean" on a mistyped flag or choice
         prog="keras-vit-convert",
         description="Convert a ViT checkpoint (Google .npz, Hugging Face or timm .safetensors) "
         "into a Keras .weights.h5 or .keras file.",
@@ -123,13 +130,17 @@ def main(argv=None):
     parser.add_argument("--image-size", help="N or HxW pixels (default: the checkpoint's)")
     parser.add_argument("--classes", type=int, help="head size (default: the checkpoint's)")
     parser.add_argument("--no-top", action="store_true", help="leave out the classification head")
-    parser.add_argument("--num-heads", type=int, help="attention heads, for PyTorch files of unusual width")
-    parser.add_argument("--head", choices=("auto", "load", "reset"), default="auto")
-    parser.add_argument("--interpolation", choices=("bilinear", "bicubic"), default="bilinear")
-    parser.add_argument("--antialias", action="store_true")
-    parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--num-heads", type=int, help="attention heads, for PyTorch files of unusual width "
+                        "(default: the published variant's for the checkpoint's width)")
+    parser.add_argument("--head", choices=("auto", "load", "reset"), default="auto",
+                        help="auto: the checkpoint's head where its shape fits, else a zero head; load: it must load; "
+                        "reset: a zero head (default: auto)")
+    parser.add_argument("--interpolation", choices=("bilinear", "bicubic"), default="bilinear",
+                        help="how the position embeddings are resampled to another --image-size (default: bilinear)")
+    parser.add_argument("--antialias", action="store_true", help="antialias that resampling (bicubic only)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT")
     _console.add_verbose_argument(parser)
-    args = parser.parse_args(argv)
+    args = _cli.complete_help(parser).parse_args(argv)  # every flag's default in --help
     image_size = None
     if args.image_size:
         try:
@@ -147,7 +158,7 @@ def main(argv=None):
             overwrite=args.overwrite,
         )
     except (CheckpointError, ValueError, OSError) as e:  # OSError: FileExistsError, unwritable output
-        print(f"keras-vit-convert: error: {e}", file=sys.stderr)
+        print(f"keras-vit-convert: error: {_cli.flag_names(e, FLAGS)}", file=sys.stderr)
         return 2
     print(f"Wrote {output} ({report.layout} checkpoint, head {report.head})")
     print("Rebuild with: keras_vit.VisionTransformer(" + ", ".join(f"{k}={v!r}" for k, v in config.items()) + ")")

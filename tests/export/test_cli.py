@@ -103,14 +103,14 @@ def _plain_keras_file(tmp_path):
         (lambda m, t: [str(t / "missing.keras")], "model file not found"),
         (lambda m, t: [_plain_keras_file(t)], "without keras_vit's PatchEncoder: not a keras_vit ViT"),
         (lambda m, t: [m, "--formats", "tflite,coreml"], "unknown format 'coreml'; choose from saved_model, tflite, onnx"),
-        (lambda m, t: [m, "--quantization", "int4"], "`quantization` must be one of float32, float16, dynamic_int8, int8, int16x8, weight_only_int8, weight_only_int4, dynamic_int4. Received: quantization='int4'"),
-        (lambda m, t: [m, "--quantization", "16x8"], "quantization='16x8' is refused: the mode is called 'int16x8' here"),
-        (lambda m, t: [m, "--formats", ""], "`format` is empty"),
+        (lambda m, t: [m, "--quantization", "int4"], "--quantization: unknown mode 'int4'; did you mean 'dynamic_int4' or 'weight_only_int4'? Choose from float32, float16, dynamic_int8, int8, int16x8, weight_only_int8, weight_only_int4, dynamic_int4"),
+        (lambda m, t: [m, "--quantization", "16x8"], "--quantization 16x8 is refused: the mode is called 'int16x8' here"),
+        (lambda m, t: [m, "--formats", ""], "--formats is empty"),
         (lambda m, t: [m, "--calibration-data", str(t / "empty_folder")], "holds no images"),
         (lambda m, t: [m, "--calibration-data", "./nope"], "calibration data must be 'digits', an existing image folder or a TFDS name"),
         (lambda m, t: [m, "--labels", str(t / "nolabels.txt")], "labels file not found"),
-        (lambda m, t: [m, "--opset", "11"], "`opset` must be an int in [13, 18] (tf2onnx 1.17). Received: opset=11"),
-        (lambda m, t: [m, "--quantization", "float16", "--int8-io-type", "uint8"], "int8_io_type='uint8' applies to the 'int8' TFLite file"),
+        (lambda m, t: [m, "--opset", "11"], "--opset must be an int in [13, 18] (tf2onnx 1.17). Received: --opset 11"),
+        (lambda m, t: [m, "--quantization", "float16", "--int8-io-type", "uint8"], "--int8-io-type uint8 applies to the 'int8' TFLite file"),
         (lambda m, t: [m, "--calibration-data", "photos_typo"], "'photos_typo' is neither an existing folder nor a data set TFDS knows"),
         (lambda m, t: [_text_file(t, "text.keras")], "is not a Keras .keras model file"),
         (lambda m, t: [m, "--calibration-data", str(t / "junk_images")], "the calibration data could not be read"),
@@ -176,7 +176,7 @@ def test_existing_output_needs_overwrite(trained_vit, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main([trained_vit[1], "--formats", "onnx", "--output-dir", str(out)])
     assert exit_info.value.code == 2
-    assert "model.onnx exists; pass overwrite=True (--overwrite)" in capsys.readouterr().err
+    assert "model.onnx exists; pass --overwrite to replace it" in capsys.readouterr().err
     assert (out / "model.onnx").read_bytes() == b"earlier"
     assert cli.main([trained_vit[1], "--formats", "onnx", "--output-dir", str(out), "--overwrite", "--no-latency"]) == 0
     assert (out / "model.onnx").read_bytes()[:4] != b"earl"
@@ -265,7 +265,7 @@ def test_a_backbone_of_token_sequences_and_a_nested_resize_are_refused_up_front(
     keras.Sequential([keras.Input((16, 16, 3)), vit], name="outer").save(tmp_path / "nested.keras")
     cases = [
         ("backbone.keras", [], "the model outputs (None, 17, 16): export needs one vector per image"),
-        ("nested.keras", ["--image-size", "24"], "image_size (--image-size) 24,24 resizes a keras_vit ViT itself, "
+        ("nested.keras", ["--image-size", "24"], "--image-size 24,24 resizes a keras_vit ViT itself, "
                                                  "and 'outer' holds one nested inside it"),
     ]
     for name, flags, message in cases:

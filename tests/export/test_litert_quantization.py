@@ -312,3 +312,17 @@ def test_quant_error_benchmark_measures_each_ops_snr_against_float32(files, tmp_
     table = quant_error.local_markdown(local)
     assert "| MEAN |" in table and "| SOFTMAX |" in table
     assert "**model output**" in quant_error.markdown(result)
+
+
+def test_int16x8_calibration_warns_nothing_on_a_terminal_either(files, calibration, monkeypatch):
+    """LiteRT warned "Enabling `experimental_preserve_all_tensors` ... is intended for debugging purposes only" on
+    every int16x8 export: printed on a terminal (LiteRT Quantizer's bars are shown there), not a fault of the model."""
+    import warnings
+
+    from export.litert_quantization import quantize
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantize(files["float32"], "int16x8", calibration[:4], progress=True)
+    assert [str(w.message)[:80] for w in caught] == []

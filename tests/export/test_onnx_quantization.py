@@ -156,7 +156,7 @@ def test_bad_quantization_or_missing_calibration_names_the_argument(trained_vit,
         export_all(model, str(tmp_path / "out"), formats="onnx", onnx_quantization="float32,float16")
     with pytest.raises(SystemExit) as exit_info:
         cli.main([trained_vit[1], "--formats", "onnx", "--onnx-quantization", "int4", "--output-dir", str(tmp_path / "o")])
-    assert exit_info.value.code == 2 and "unknown onnx_quantization 'int4'" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--onnx-quantization: unknown mode 'int4'" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
 
 

@@ -49,7 +49,7 @@ def test_cli_success_and_errors(tmp_path, checkpoint, capsys):
     printed = capsys.readouterr().out
     assert "Wrote" in printed and "input_shape=(16, 24, 3)" in printed
     assert main([path, str(out)]) == 2
-    assert "exists; pass overwrite=True" in capsys.readouterr().err
+    assert "exists; pass --overwrite to replace it" in capsys.readouterr().err
     assert main([path, str(tmp_path / "a.h5")]) == 2
     assert "must end in '.weights.h5' or '.keras'" in capsys.readouterr().err
     assert main([str(tmp_path / "none.npz"), str(tmp_path / "b.keras")]) == 2
@@ -74,6 +74,6 @@ def test_console_script_is_installed(tmp_path, checkpoint):
 def test_cli_bad_num_heads_and_unwritable_output_exit_2(tmp_path, checkpoint, capsys):
     path, _ = checkpoint
     assert main([path, str(tmp_path / "a.keras"), "--num-heads", "0"]) == 2
-    assert "`num_heads` must be a positive int" in capsys.readouterr().err
+    assert "--num-heads must be a positive int. Received: --num-heads 0" in capsys.readouterr().err
     assert main([path, "/proc/nowhere/a.keras"]) == 2
     assert "keras-vit-convert: error:" in capsys.readouterr().err

@@ -1,0 +1,105 @@
+"""`keras-vit-export`'s own words: its flags for `export_all`'s parameters, TensorFlow-style aliases of its modes,
+the checks that need no data, and what to try when a quantised file fails its bar (`keras_vit._cli` does the rest)."""
+
+import os
+
+from keras_vit import _cli
+
+# export_all's (and its helpers') parameters -> keras-vit-export's flags, for `keras_vit._cli.flag_names`
+FLAGS = {
+    "formats": "--formats", "format": "--formats", "quantization": "--quantization", "quantizations": "--quantization",
+    "onnx_quantization": "--onnx-quantization", "calibration_data": "--calibration-data",
+    "representative_data": "--calibration-data", "labels": "--labels", "output_dir": "--output-dir",
+    "include_preprocessing": "--include-preprocessing", "int8_io_type": "--int8-io-type", "io_type": "--int8-io-type",
+    "opset": "--opset", "batch_size": "--batch-size", "scores": "--scores", "image_size": "--image-size",
+    "overwrite": "--overwrite", "profile": "--profile",
+}
+# Names other tools (TensorFlow's converter and docs, onnxruntime, ML Kit) give the modes, and common typos of kind.
+QUANTIZATION_ALIASES = {
+    "fp32": "float32", "f32": "float32", "float": "float32", "none": "float32", "default": "float32",
+    "fp16": "float16", "f16": "float16", "half": "float16",
+    "int8-dynamic": "dynamic_int8", "dynamic": "dynamic_int8", "dynamic-range": "dynamic_int8", "drq": "dynamic_int8",
+    "dynamic-range-int8": "dynamic_int8", "int8_dynamic_range": "dynamic_int8",
+    "full-int8": "int8", "full-integer": "int8", "full-integer-int8": "int8", "int8-full": "int8", "uint8": "int8",
+    "integer": "int8", "static-int8": "int8", "qint8": "int8",
+    "16x8": "int16x8", "int16": "int16x8", "int16-activations": "int16x8", "a16w8": "int16x8", "w8a16": "int16x8",
+    "int4": ("dynamic_int4", "weight_only_int4"), "int4-dynamic": "dynamic_int4", "weight-int4": "weight_only_int4",
+    "weight-int8": "weight_only_int8", "weight-only": "weight_only_int8",
+}
+ONNX_QUANTIZATION_ALIASES = {"fp32": "float32", "float": "float32", "dynamic": "dynamic_int8",
+                             "int8-dynamic": "dynamic_int8", "qdq": "int8", "static": "int8", "static-int8": "int8"}
+FORMAT_ALIASES = {"savedmodel": "saved_model", "tf": "saved_model", "litert": "tflite", "lite": "tflite"}
+
+
+def flag_names(error):
+    """The text of an error from `export_all` or its helpers with keras-vit-export's flags for the parameters."""
+    return _cli.flag_names(error, FLAGS)
+
+
+def check_arguments(args, formats, quantizations, refused, onnx_quantizations):
+    """The checks of keras-vit-export's arguments that need neither the model nor the data, in its own words.
+
+    Args:
+        args: the parsed `argparse.Namespace`.
+        formats, quantizations, onnx_quantizations: the valid values of
+            --formats, --quantization and --onnx-quantization.
+        refused: {mode: reason} for --quantization (`export.tflite.REFUSED`).
+
+    Raises:
+        ValueError: an unknown value of --formats, --quantization or
+            --onnx-quantization (with "did you mean"), an empty list, a
+            --labels file that does not exist, a --calibration-data path
+            that is no folder.
+    """
+    _cli.check_list(args.formats, formats, "--formats", "format", FORMAT_ALIASES)
+    _cli.check_list(args.quantization, quantizations, "--quantization", "mode", QUANTIZATION_ALIASES, refused)
+    _cli.check_list(args.onnx_quantization, onnx_quantizations, "--onnx-quantization", "mode",
+                    ONNX_QUANTIZATION_ALIASES)
+    if args.labels is not None and not os.path.isfile(args.labels):
+        raise ValueError(f"labels file not found: {args.labels!r} (--labels)")
+    data = args.calibration_data
+    looks_like_path = data is not None and (data.startswith(("/", "./", "../", "~")) or data.endswith(os.sep))
+    if looks_like_path and not os.path.isdir(os.path.expanduser(data)):  # no TFDS name looks like that
+        raise ValueError("calibration data must be 'digits', an existing image folder or a TFDS name; "
+                         f"{data!r} is neither an existing folder nor a data set TFDS knows (--calibration-data)")
+
+
+def what_to_try(report, calibrated=("int8", "int16x8")):
+    """One sentence naming what to try when quantised files failed verification, or "" when none did.
+
+    Args:
+        report: `export_all`'s report (`report.json`): each artifact's
+            format, quantization, passed and failures.
+        calibrated: the TFLite modes calibrated on --calibration-data
+            (`export.tflite.CALIBRATED`); the ONNX "int8" file is too.
+
+    Returns:
+        str, e.g. "what to try: train the model longer ...; calibrate on more
+        or other images ... (--calibration-data FOLDER); or leave int8 out:
+        --quantization float32,float16". The calibration tip comes for a
+        calibrated mode that missed a decision bar; failed float32 files (a
+        fault, not a mode to tune) add nothing.
+    """
+    from export.verify import decision_failure
+
+    rows = report.get("artifacts", [])
+    failed = [r for r in rows if not r["passed"] and r["quantization"] != "float32"]
+    if not failed:
+        return ""
+    tips = []
+    decisions = [r for r in failed if decision_failure(r)]
+    if decisions:
+        tips.append("train the model longer or on more data (a model whose decisions are close flips more of them "
+                    "when quantised)")
+    if any(r["quantization"] in (calibrated if r["format"] == "tflite" else ("int8",)) for r in decisions):
+        tips.append("calibrate on more or other images, like the ones the model will classify "
+                    "(--calibration-data FOLDER)")
+    left_out, kept = [], []
+    for fmt, flag in (("tflite", "--quantization"), ("onnx", "--onnx-quantization")):
+        bad = list(dict.fromkeys(r["quantization"] for r in failed if r["format"] == fmt))
+        if bad:
+            keep = [r["quantization"] for r in rows if r["format"] == fmt and r["quantization"] not in bad]
+            left_out.append(f"{', '.join(bad)}{' (ONNX)' if fmt == 'onnx' else ''}")
+            kept.append(f"{flag} {','.join(keep or ['float32'])}")
+    tips.append(f"leave {' and '.join(left_out)} out: {' '.join(kept)}")
+    return "what to try: " + "; ".join(tips[:-1]) + ("; or " if len(tips) > 1 else "") + tips[-1]

@@ -1,0 +1,110 @@
+"""keras-vit-export's words: errors name flags, typos get a "did you mean", checks that need no data come first,
+--help states every default, and a quantised file that fails its bar says what to try (export/_cli_text.py)."""
+
+import importlib
+import os
+import re
+
+import pytest
+
+from export import __main__ as cli
+from export import _cli_text
+
+pytestmark = pytest.mark.export
+pipeline = importlib.import_module("export.pipeline")
+verify_module = importlib.import_module("export.verify")  # the package's `verify` attribute is the function
+
+
+@pytest.fixture
+def no_data(monkeypatch):
+    """Makes reading the calibration data fail the test: what is checked with it was not checked first."""
+    def load_data(*args, **kwargs):
+        raise AssertionError("the data was read before a check that needs none")
+
+    monkeypatch.setattr(pipeline, "load_data", load_data)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--quantization", "float32,fp16"], "--quantization: unknown mode 'fp16'; did you mean 'float16'? Choose from "
+                                         "float32, float16, dynamic_int8, int8, int16x8, weight_only_int8"),
+    (["--quantization", "int8-dynamic"], "did you mean 'dynamic_int8'?"),
+    (["--quantization", "fp32"], "did you mean 'float32'?"),
+    (["--quantization", "flaot16"], "did you mean 'float16'?"),
+    (["--formats", "tflit"], "--formats: unknown format 'tflit'; did you mean 'tflite'? Choose from saved_model, "
+                             "tflite, onnx"),
+    (["--onnx-quantization", "qdq"], "--onnx-quantization: unknown mode 'qdq'; did you mean 'int8'?"),
+    (["--calibraton-data", "digits"], "unrecognized arguments: --calibraton-data digits; --calibraton-data: did you "
+                                      "mean --calibration-data?"),
+    (["--int8-io-type", "unit8"], "argument --int8-io-type: invalid choice: 'unit8'"),
+    (["--labels", "missing.txt", "--calibration-data", "digits"], "labels file not found: 'missing.txt' (--labels)"),
+    (["--calibration-data", "./photos_typo/"], "'./photos_typo/' is neither an existing folder nor a data set TFDS "
+                                               "knows (--calibration-data)"),
+    (["--opset", "11", "--calibration-data", "digits"], "--opset must be an int in [13, 18] (tf2onnx 1.17). "
+                                                        "Received: --opset 11"),
+    (["--quantization", "float16", "--int8-io-type", "uint8", "--calibration-data", "digits"],
+     "--int8-io-type uint8 applies to the 'int8' TFLite file, which is not requested"),
+])
+def test_bad_flags_name_the_flag_and_what_was_meant_before_the_data_is_read(trained_vit, tmp_path, capsys, no_data,
+                                                                            flags, message):
+    out = tmp_path / "export"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([trained_vit[1], *flags, "--output-dir", str(out), "--no-latency"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert not re.search(r"\b(calibration_data|onnx_quantization|int8_io_type|output_dir|image_size)\b|`\w+`", err), err
+    assert not out.exists()
+
+
+def test_help_states_every_default():
+    parser = cli.build_parser()
+    missing = [a.option_strings[-1] for a in parser._actions if a.option_strings and a.option_strings != ["-h", "--help"]
+               and "default" not in a.help and "(required)" not in a.help]
+    assert missing == []
+    text = " ".join(parser.format_help().split())
+    assert "--int8-io-type {float32,int8,uint8} (default: float32)" in text
+    assert "--output-dir OUTPUT_DIR (required)" in text and "--overwrite replace existing artifacts (default: off)" in text
+
+
+def test_a_quantised_file_that_misses_its_bar_exits_1_and_says_what_to_try(trained_vit, tmp_path, capsys,
+                                                                            monkeypatch):
+    """int8 and int16x8 held to a bar no file meets (agreement >= 101%): they fail, the others land."""
+    for mode in ("int8", "int16x8"):
+        monkeypatch.setitem(verify_module.TOLERANCES, mode, {"decisive_top1_agreement": 1.01})
+    out = tmp_path / "export"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([trained_vit[1], "--formats", "tflite", "--quantization", "float32,float16,int8,int16x8",
+                  "--calibration-data", "digits", "--output-dir", str(out), "--no-latency", "--no-mediapipe"])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert re.search(r"model_int8.tflite: decisive_top1_agreement = [\d.]+ \(needs >= 1.01\) \| "
+                     r"model_int16x8.tflite: decisive_top1_agreement = [\d.]+ \(needs >= 1.01\)", err), err
+    tip = err.strip().splitlines()[-1]
+    assert tip == ("keras-vit-export: what to try: train the model longer or on more data (a model whose decisions "
+                   "are close flips more of them when quantised); calibrate on more or other images, like the ones "
+                   "the model will classify (--calibration-data FOLDER); or leave int8, int16x8 out: --quantization "
+                   "float32,float16"), tip
+    assert sorted(os.listdir(out)) == ["labels.txt", "model_float16.tflite", "model_float32.tflite", "report.json"]
+
+
+def _row(fmt, quantization, passed, failures=()):
+    return {"format": fmt, "quantization": quantization, "passed": passed, "failures": list(failures)}
+
+
+def test_what_to_try_fits_what_failed():
+    bar = ["decisive_top1_agreement = 0.9 (needs >= 0.99)"]
+    assert _cli_text.what_to_try({"artifacts": [_row("tflite", "float32", True), _row("tflite", "int8", True)]}) == ""
+    # a float32 file that fails is a fault, not a mode to tune
+    assert _cli_text.what_to_try({"artifacts": [_row("onnx", "float32", False, ["relative_max_abs_diff = 1"])]}) == ""
+    # float16 is not calibrated: no calibration tip
+    assert _cli_text.what_to_try({"artifacts": [_row("tflite", "float32", True), _row("tflite", "float16", False, bar)]}) \
+        == ("what to try: train the model longer or on more data (a model whose decisions are close flips more of "
+            "them when quantised); or leave float16 out: --quantization float32")
+    # a conversion that failed: only leaving the mode out helps; ONNX modes by their own flag
+    report = {"artifacts": [_row("tflite", "int8", False, ["the int8 file is not integer-only"]),
+                            _row("onnx", "float32", True), _row("onnx", "int8", False, bar)]}
+    assert _cli_text.what_to_try(report) == (
+        "what to try: train the model longer or on more data (a model whose decisions are close flips more of them "
+        "when quantised); calibrate on more or other images, like the ones the model will classify "
+        "(--calibration-data FOLDER); or leave int8 and int8 (ONNX) out: --quantization float32 "
+        "--onnx-quantization float32")
