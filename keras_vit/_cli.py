@@ -33,7 +33,8 @@ def did_you_mean(value, choices, aliases=None):
 
     Returns:
         list of str, e.g. ["float16"]; a case or "-"/"_" variant of a choice
-        and an alias come before difflib's close matches (ratio >= 0.6).
+        and an alias come before difflib's close matches (ratio >= 0.6; a
+        second match only when its ratio is within 0.02 of the first's).
     """
     key, choices = _key(value), list(choices)
     for alias, meant in (aliases or {}).items():
@@ -43,7 +44,16 @@ def did_you_mean(value, choices, aliases=None):
     if same:
         return same[:1]
     by_key = {_key(c): c for c in choices}
-    return [by_key[k] for k in difflib.get_close_matches(key, list(by_key), n=2, cutoff=0.6)]
+    close = difflib.get_close_matches(key, list(by_key), n=2, cutoff=0.6)
+    ratios = [difflib.SequenceMatcher(None, key, k).ratio() for k in close]
+    close = [k for k, r in zip(close, ratios) if r >= ratios[0] - 0.02]  # a second one only when about as close
+    return [by_key[k] for k in close]
+
+
+def suggestion(value, choices, aliases=None):
+    """"; did you mean 'X'?" for what a mistyped `value` probably meant (`did_you_mean`), or "" when nothing is close."""
+    meant = did_you_mean(value, choices, aliases)
+    return f"; {_suggestion(meant)}" if meant else ""
 
 
 def _suggestion(meant, quote=True):
@@ -138,6 +148,8 @@ def flag_names(message, flags):
     if identifiers:
         message = re.sub(rf"(?<![\w.-])({identifiers}) ('[^']*'|\"[^\"]*\")",
                          lambda m: f"{flags[m[1]]} {_shell(m[2])}", message)
+        # an identifier standing alone as a word ("change validation_split"), not inside a path or a quoted string
+        message = re.sub(rf"(?<![\w/.'\"`-])({identifiers})(?![\w/'\"`=-])", lambda m: flags[m[1]], message)
     return re.sub(r"`(--[\w-]+(?: [^`]*)?)`", r"\1", message)  # "`antialias=True`" -> "--antialias"
 
 

@@ -1,9 +1,9 @@
-"""What `keras-vit-train` and `keras-vit-pretrain` share as command lines: the parser and its errors.
+"""What `keras-vit-train` and `keras-vit-pretrain` share as command lines: the argument groups and the errors.
 
-`ArgumentParser` shows every flag's default in `--help` (a flag's own help
-text says it where the default needs words, e.g. "default: every epoch";
-otherwise "(default: X)" is added) and answers a mistyped choice with
-`difflib`'s closest value ("did you mean 'mixed_bfloat16'?"). `cli` runs a
+Their parsers are `keras_vit._cli.ArgumentParser` ("did you mean" for a
+mistyped flag or choice) finished by `keras_vit._cli.complete_help` (every
+flag's default in `--help`; a flag's own help text says it where the
+default needs words, e.g. "default: every epoch"). `cli` runs a
 command and turns a `ValueError` into one line and exit status 2, with the
 Python parameter names of the library's messages (`num_heads`,
 `directory=...`) replaced by the flags that set them (`--num-heads`,
@@ -11,11 +11,9 @@ Python parameter names of the library's messages (`num_heads`,
 take (`add_data_arguments` ... `add_output_arguments`) are here too.
 """
 
-import argparse
-import copy
-import difflib
-import re
 import sys
+
+from keras_vit import _cli
 
 # Library parameters whose flag is not "--" + the name with dashes (keras_vit.data, the builders).
 PARAMETER_FLAGS = {
@@ -130,49 +128,6 @@ def add_output_arguments(parser, default_dir, what):
     return group
 
 
-class HelpFormatter(argparse.HelpFormatter):
-    """argparse's formatter that adds "(default: X)" to every flag whose help does not say its default."""
-
-    def _format_action(self, action):
-        if action.option_strings and not action.help and action.default is not argparse.SUPPRESS:
-            action = copy.copy(action)  # argparse shows no help line for a flag without help text
-            action.help = "(default: %(default)s)"
-        return super()._format_action(action)
-
-    def _get_help_string(self, action):
-        text = action.help or ""
-        if action.option_strings and action.default is not argparse.SUPPRESS and "default" not in text.lower():
-            text += (" " if text else "") + "(default: %(default)s)"
-        return text
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """`argparse.ArgumentParser` with `HelpFormatter`, and "did you mean" for a mistyped choice.
-
-    A value outside a flag's `choices` exits with status 2 and, e.g.,
-    "argument --precision: invalid choice: 'mixed_bfloat' (choose from
-    'float32', 'mixed_bfloat16', 'mixed_float16'); did you mean
-    'mixed_bfloat16'?" (the closest choice by `difflib.get_close_matches`,
-    when one is close enough).
-    """
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def _check_value(self, action, value):
-        if action.choices is not None and value not in action.choices:
-            choices = ", ".join(repr(c) for c in action.choices)
-            message = f"invalid choice: {value!r} (choose from {choices})" + did_you_mean(value, action.choices)
-            raise argparse.ArgumentError(action, message)
-
-
-def did_you_mean(value, choices):
-    """"; did you mean 'X'?" for the choice closest to `value` (`difflib.get_close_matches`, cutoff 0.6), else ""."""
-    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
 def flag_names(message, parser):
     """`message` with the Python parameters that `parser`'s flags set written as those flags.
 
@@ -180,17 +135,11 @@ def flag_names(message, parser):
     num_heads=3" becomes "--hidden-size must be divisible by --num-heads.
     Received: --hidden-size 128, --num-heads 3". A parameter is a flag's
     `dest` or a key of `PARAMETER_FLAGS` (`directory` -> `--image-folder`);
-    it is replaced where it is quoted in backticks, followed by "=" (a
-    value), or, for names with an underscore, standing alone as a word
-    (not inside a path or a quoted string).
+    the rewriting is `keras_vit._cli.flag_names`'.
     """
     flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings and a.dest != "help"}
     flags.update(PARAMETER_FLAGS)
-    names = "|".join(sorted(map(re.escape, flags), key=len, reverse=True))
-    message = re.sub(rf"`({names})`", lambda m: flags[m.group(1)], message)
-    message = re.sub(rf"(?<![\w/.'\"-])({names})=(?!=)", lambda m: flags[m.group(1)] + " ", message)
-    underscored = "|".join(re.escape(n) for n in sorted(flags, key=len, reverse=True) if "_" in n)
-    return re.sub(rf"(?<![\w/.'\"`-])({underscored})(?![\w/'\"`=-])", lambda m: flags[m.group(1)], message)
+    return _cli.flag_names(message, flags)
 
 
 def require_tensorflow(prog):

@@ -20,6 +20,8 @@ import dataclasses
 import os
 import re
 
+from keras_vit import _cli
+
 WEIGHT_FILES = (".npz", ".safetensors")
 _FILE_FIXES = ("variant", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
 
@@ -71,12 +73,10 @@ def resolve(args):
     if weights in registry.DEFAULTS or weights in registry.CHECKPOINTS:
         return _published(args, registry)
     if not weights.lower().endswith(WEIGHT_FILES) and not os.path.isfile(weights):
-        from keras_vit._cli_args import did_you_mean
-
         names = [*registry.DEFAULTS, *registry.CHECKPOINTS]
         raise ValueError(f"--weights {weights!r} is neither a checkpoint name ({', '.join(registry.DEFAULTS)} or a key "
                          f"of keras_vit.weights.CHECKPOINTS) nor a .npz or .safetensors file"
-                         + did_you_mean(weights, names))
+                         + _cli.suggestion(weights, names))
     return _local(args)
 
 

@@ -44,9 +44,8 @@ name and moved into place; an existing `backbone.keras` is kept unless
 import os
 import sys
 
-from keras_vit import _files
+from keras_vit import _cli, _files
 from keras_vit._cli_args import (
-    ArgumentParser,
     add_data_arguments,
     add_model_arguments,
     add_output_arguments,
@@ -74,7 +73,7 @@ def build_parser():
     """Returns the `argparse.ArgumentParser` of `keras-vit-pretrain`."""
     from keras_vit.pretraining import TARGETS
 
-    p = ArgumentParser(
+    p = _cli.ArgumentParser(
         prog="keras-vit-pretrain",
         description="Pre-train a Vision Transformer's encoder by masked patch prediction (arXiv:2010.11929, "
         "Sec. 4.6): no labels; writes backbone.keras for keras-vit-train --init-from.",
@@ -90,7 +89,7 @@ def build_parser():
                    help="share of each image's patches corrupted, in (0, 1) (default 0.5, the paper's): 80%% "
                    "replaced by the [mask] embedding, 10%% by another patch's, 10%% left as they are")
     add_output_arguments(p, "runs/pretrain", "backbone.keras and the metrics")
-    return p
+    return _cli.complete_help(p)  # every flag's default in --help
 
 
 def _backbone(args, model_config, image_size):

@@ -45,10 +45,9 @@ import os
 import sys
 import time
 
-from keras_vit import _files, _init_from, _train_weights
+from keras_vit import _cli, _files, _init_from, _train_weights
 from keras_vit._cli_args import (  # noqa: F401 (DEFAULTS and the argument groups are keras_vit.train's names too)
     DEFAULTS,
-    ArgumentParser,
     add_data_arguments,
     add_model_arguments,
     add_output_arguments,
@@ -72,7 +71,7 @@ from keras_vit._run_files import (
 
 def build_parser():
     """Returns the `argparse.ArgumentParser` of `keras-vit-train`."""
-    p = ArgumentParser(
+    p = _cli.ArgumentParser(
         prog="keras-vit-train",
         description="Train a Vision Transformer (arXiv:2010.11929) with model.fit and XLA.",
     )
@@ -103,7 +102,7 @@ def build_parser():
     t.add_argument("--label-smoothing", type=float, default=0.0)
     t.add_argument("--ema-momentum", type=float, default=None, help="average the weights (e.g. 0.998); default: off")
     add_output_arguments(p, "runs/train", "model.keras and the metrics")
-    return p
+    return _cli.complete_help(p)  # every flag's default in --help
 
 
 _ARCHITECTURE_FLAGS = ("variant", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",

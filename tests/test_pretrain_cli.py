@@ -24,7 +24,7 @@ TINY = [*MODEL, "--epochs", "2", "--warmup-epochs", "1", "--batch-size", "128", 
         (["--target", "unknown"], "argument --target: invalid choice: 'unknown' (choose from"),
         (["--epochs", "0"], "--epochs must be >= 1. Received: 0"),
         (["--image-folder", "/nonexistent/photos"],
-         "--image-folder must be an existing folder. Received: --image-folder '/nonexistent/photos'"),
+         "--image-folder must be an existing folder. Received: --image-folder /nonexistent/photos"),
         (["--num-heads", "3"], "--hidden-size must be divisible by --num-heads. Received: --hidden-size 32, "
                                "--num-heads 3"),
         (["--target", "mean_colour"], "did you mean 'mean_color'?"),

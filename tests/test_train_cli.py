@@ -64,7 +64,7 @@ def test_refuses_to_overwrite_without_flag(tmp_path, capsys):
         (["--variant", "ViTTi16", "--hidden-size", "8"], "--variant ViTTi16 fixes the architecture"),
         (["--image-size", "0"], "--image-size must be >= 1 (pixels). Received: 0"),
         (["--image-folder", "/nonexistent/photos"],
-         "--image-folder must be an existing folder. Received: --image-folder '/nonexistent/photos'"),
+         "--image-folder must be an existing folder. Received: --image-folder /nonexistent/photos"),
         (["--precision", "mixed_bfloat"], "argument --precision: invalid choice: 'mixed_bfloat' (choose from 'float32', "
          "'mixed_bfloat16', 'mixed_float16'); did you mean 'mixed_bfloat16'?"),
         (["--variant", "ViTB-16"], "invalid choice: 'ViTB-16' (choose from "),
@@ -100,7 +100,8 @@ def test_checks_that_need_no_data_run_before_the_data_is_read(tmp_path, capsys, 
 
 
 def test_library_errors_name_flags_not_parameters(tmp_path, capsys):
-    from keras_vit._cli_args import did_you_mean, flag_names
+    from keras_vit._cli import suggestion
+    from keras_vit._cli_args import flag_names
     from tests.test_data import _write_image_folder
 
     parser = train.build_parser()
@@ -111,7 +112,7 @@ def test_library_errors_name_flags_not_parameters(tmp_path, capsys):
         "--validation-fraction 0.05 of the 10 images in '/a/batch_size/x' leaves an empty validation subset; add "
         "images or change --validation-fraction")
     assert flag_names("`seed` must be None. Received: seed=-1 (a==b)", parser) == "--seed must be None. Received: --seed -1 (a==b)"
-    assert did_you_mean("imagenet21", ["imagenet", "imagenet21k"]) == "; did you mean 'imagenet21k'?"
+    assert suggestion("imagenet21", ["imagenet", "imagenet21k"]) == "; did you mean 'imagenet21k'?"
     _write_image_folder(tmp_path / "photos")  # 10 images: a 5% validation split holds none
     with pytest.raises(SystemExit) as exit_info:
         train.main([*TINY, "--image-folder", str(tmp_path / "photos"), "--validation-fraction", "0.05",
