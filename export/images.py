@@ -1,15 +1,16 @@
-"""Calibration and verification images for an export, from a named source (digits, a folder, TFDS, a dataset)."""
+"""Calibration and verification images for an export: from a named source (digits, a folder, TFDS, a dataset),
+and the calibration images a format function is given (`representative_samples`)."""
 
 import os
 
 import numpy as np
 
-from export.input_range import UNIT, scale
+from export.input_range import PIXELS, UNIT, scale
 from export.signature import ServingGraph, image_shape
-from export.tflite import _images_of
 
 VERIFY_SAMPLES = 512
 SEEDED_SAMPLES = 64
+DEFAULT_CALIBRATION_STEPS = 200
 
 
 def load_data(source, model, max_samples=VERIFY_SAMPLES):
@@ -120,3 +121,85 @@ def _take(dataset, limit):
     if not images:
         return np.zeros((0,)), np.zeros((0,), "int32")
     return np.concatenate(images)[:limit], np.concatenate(labels)[:limit]
+
+
+def representative_samples(data, shape, include_preprocessing=False, max_samples=DEFAULT_CALIBRATION_STEPS,
+                           input_range=None):
+    """Returns up to `max_samples` calibration images as float32 `(n, *shape)`.
+
+    Args:
+        data: a `tf.data.Dataset` (batched or not; elements `(images,
+            labels)`, images, or TFDS's dicts `{"image": ..., "label": ...}`),
+            a NumPy array `(n, height, width, channels)`, or the
+            path of an image folder (one sub-folder per class, read through
+            `keras_vit.data.from_directory`). Images must be scaled as the
+            artifact's input expects: [-1, 1], or [0, 255] with
+            `include_preprocessing=True` or for a model that takes raw pixels
+            (an image folder is scaled for you).
+        shape: (height, width, channels) of the model input.
+        input_range: None, or the `(lo, hi)` range the artifact's input takes,
+            which an image folder is scaled to (default: [0, 255] with
+            `include_preprocessing`, else [-1, 1]).
+
+    Raises:
+        ValueError: no images, images of another shape, values that are not
+            numbers or not finite (NaN, Inf), or dataset elements of another
+            layout (the message names the keys expected).
+    """
+    import tensorflow as tf
+
+    if isinstance(data, (str, os.PathLike)):
+        from keras_vit import data as kv_data
+
+        data = kv_data.from_directory(data, image_size=shape[:2], channels=shape[2], batch_size=32)
+        target = tuple(input_range) if input_range is not None else (PIXELS if include_preprocessing else UNIT)
+        if target != UNIT:
+            data = data.map(lambda x, y: (scale(x, UNIT, target), y))
+    if isinstance(data, tf.data.Dataset):
+        chunks, count = [], 0
+        for element in data:
+            images = _as_float_images(_images_of(element))
+            if images.ndim == len(shape):
+                images = images[None]
+            chunks.append(images)
+            count += len(images)
+            if count >= max_samples:
+                break
+        samples = np.concatenate(chunks) if chunks else np.zeros((0, *shape), "float32")
+    else:
+        samples = _as_float_images(data)
+        if samples.ndim == len(shape):
+            samples = samples[None]
+    samples = samples[:max_samples]
+    if len(samples) == 0:
+        raise ValueError("the representative (calibration) data set is empty; int8 calibration needs images")
+    if not np.isfinite(samples).all():  # LiteRT aborts the process on a NaN range (int16x8), with no message
+        raise ValueError(f"`representative_data` must hold finite pixel values. Received: "
+                         f"{int((~np.isfinite(samples)).sum())} NaN or Inf values in {len(samples)} images")
+    if samples.shape[1:] != tuple(shape):
+        raise ValueError(
+            f"calibration images must have shape (n, {', '.join(map(str, shape))}). "
+            f"Received: images of shape {samples.shape}"
+        )
+    return samples
+
+
+def _as_float_images(images):
+    """`images` as a float32 array; a ValueError naming `representative_data` for what is not numeric."""
+    try:
+        return np.asarray(images, dtype="float32")
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"`representative_data` must be numeric images (n, height, width, channels). "
+                         f"Received: {type(images).__name__} that NumPy cannot turn into float32: {e}") from None
+
+
+def _images_of(element):
+    """The images of one dataset element: `(images, labels)`, images, or a TFDS dict with key "image"."""
+    if isinstance(element, dict):
+        if "image" not in element:
+            raise ValueError(
+                "dataset elements that are dicts must hold the images under the key 'image' (TFDS's layout, "
+                f"{{'image': ..., 'label': ...}}). Received: a dict with keys {sorted(element)}"
+            )
+        return element["image"]
+    return element[0] if isinstance(element, (tuple, list)) else element

@@ -62,7 +62,7 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
             graph when the head has no activation) or "logits".
         quantization: "float32" (default), "dynamic_int8" or "int8".
         representative_data: calibration images for "int8", scaled as the
-            file's input expects (forms of `export.tflite.representative_samples`);
+            file's input expects (forms of `export.images.representative_samples`);
             without `verification_data`, the "int8" file is verified on them.
         input_range: None (default: read from the model's first layers,
             `export.input_range.model_input_range`) or the range the model

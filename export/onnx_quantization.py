@@ -64,17 +64,17 @@ def calibration_samples(quantization, representative_data, shape, input_range=No
     """The calibration images of an ONNX mode: float32 `(n, *shape)` for "int8", None for the others.
 
     `input_range`: the `(lo, hi)` range the file's input takes, which an
-    image folder is scaled to (`export.tflite.representative_samples`).
+    image folder is scaled to (`export.images.representative_samples`).
 
     Raises:
         ValueError: "int8" without representative data, or with none of
-            `shape` (see `export.tflite.representative_samples`).
+            `shape` (see `export.images.representative_samples`).
     """
     if quantization != "int8":
         return None
     if representative_data is None:
         raise ValueError("quantization='int8' needs representative_data (calibration images)")
-    from export.tflite import representative_samples
+    from export.images import representative_samples
 
     return representative_samples(representative_data, shape, input_range=input_range)
 

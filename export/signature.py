@@ -30,6 +30,17 @@ import zipfile
 from keras_vit import _files
 from keras_vit._validation import is_int
 from export.input_range import PIXELS, UNIT, model_input_range, parse_input_range, scale
+from export.scores import SCORES, apply_activation, score_kind, sigmoid, softmax  # noqa: F401 (export.signature's names too)
+from export.sizes import (  # noqa: F401 (export.signature's names too)
+    _all_layers,
+    cell_size,
+    default_image_size,
+    image_shape,
+    is_dynamic,
+    model_image_shape,
+    other_image_size,
+    parse_image_size,
+)
 
 INPUT_NAME = "images"
 PIXELS_INPUT_NAME = "pixels"  # the input of a graph that scales raw pixels itself (include_preprocessing=True)
@@ -38,169 +49,6 @@ OUTPUT_NAME = "predictions"
 LOW_PRECISION_POLICIES = ("mixed_bfloat16", "mixed_float16", "bfloat16", "float16")
 _LOW_PRECISION_DTYPES = ("bfloat16", "float16")
 _INT8_FRIENDLY_NORMS = ("LayerNormalization", "GroupNormalization")
-SCORES = ("probabilities", "logits")
-
-
-def image_shape(model):
-    """Returns (height, width, channels) of a model's image input.
-
-    Raises:
-        ValueError: the model does not take one 4-D image input of known
-            height, width and channels.
-    """
-    shape = model.input_shape
-    if isinstance(shape, list) or len(shape) != 4 or any(d is None for d in shape[1:]):
-        raise ValueError(
-            "Export needs a model with one image input of shape (batch, height, width, channels), all but "
-            f"batch known. Received: a model with input_shape={shape}"
-        )
-    return tuple(int(d) for d in shape[1:])
-
-
-def model_image_shape(model):
-    """Returns (height, width, channels) of a model's image input; height and width None where any size is taken.
-
-    A keras_vit model built with `input_shape=(None, None, C)` (issue 13)
-    takes any height and width that are multiples of its `cell_size`.
-
-    Raises:
-        ValueError: the model does not take one 4-D image input of known
-            channels.
-    """
-    shape = model.input_shape
-    if isinstance(shape, list) or len(shape) != 4 or shape[3] is None:
-        raise ValueError(
-            "Export needs a model with one image input of shape (batch, height, width, channels), channels "
-            f"known. Received: a model with input_shape={shape}"
-        )
-    return tuple(None if d is None else int(d) for d in shape[1:])
-
-
-def is_dynamic(model):
-    """True if the model takes images of any height or width (`input_shape=(None, None, C)`)."""
-    return None in model_image_shape(model)[:2]
-
-
-def cell_size(model):
-    """The pixels per patch side: `patch_size`, times the hybrid ResNet's output stride; sizes must be multiples of it.
-
-    Read from the model's `ImageSizeCheck` layer (models of any resolution)
-    or from its `Patches` layer and input size (fixed-size models).
-
-    Raises:
-        ValueError: the model has no keras_vit `Patches` layer.
-    """
-    from keras_vit.layers import ImageSizeCheck, Patches
-
-    layers = _all_layers(model)
-    for layer in layers:
-        if isinstance(layer, ImageSizeCheck):
-            return layer.patch_size * layer.stride
-    patches = [layer for layer in layers if isinstance(layer, Patches)]
-    if not patches:
-        raise ValueError(f"the model {model.name!r} has no keras_vit Patches layer: not a keras_vit ViT")
-    height, grid_height = model_image_shape(model)[0], patches[0].input.shape[1]
-    stride = height // grid_height if height and grid_height else 1
-    return patches[0].patch_size * stride
-
-
-def default_image_size(model):
-    """The (height, width) a model's fixed-size artifacts take when no `image_size` is given.
-
-    A fixed-size model: its input size. A model of any resolution: its
-    position-embedding table's patch grid times `cell_size` (the size it was
-    built for, `keras_vit.weights.loader.describe(model)["grid"]`; 224 px for
-    a table of the default grid); a known height or width is kept.
-    """
-    from keras_vit.layers import PatchEncoder
-
-    height, width, _ = model_image_shape(model)
-    if height is not None and width is not None:
-        return height, width
-    encoders = [layer for layer in _all_layers(model) if isinstance(layer, PatchEncoder)]
-    if not encoders or encoders[0].grid_size is None:
-        raise ValueError(f"the model {model.name!r} takes any image size but has no PatchEncoder with a table grid")
-    cell = cell_size(model)
-    rows, cols = encoders[0].grid_size
-    return (height or rows * cell), (width or cols * cell)
-
-
-def parse_image_size(value, model, argument="image_size"):
-    """Checks an export resolution against a model: None, "dynamic", or (height, width) in pixels.
-
-    Args:
-        value: None (the model's own size, `default_image_size`); an int
-            or "S" (square); "H,W" or (H, W); or "dynamic" (.tflite files
-            keep a dynamic height and width: a model of any resolution only,
-            float32, float16 and dynamic_int8, see
-            `export.tflite.DYNAMIC_SIZE_QUANTIZATIONS`).
-        model: the Keras model (its `cell_size` and input shape).
-        argument: the name used in messages ("image_size" or
-            "--image-size").
-
-    Returns:
-        None, "dynamic" or a `(height, width)` tuple of ints.
-
-    Raises:
-        ValueError: a bad format, a size that is not a positive multiple of
-            `cell_size` (the patch size, times the hybrid's stride), "dynamic"
-            for a fixed-size model, or a size that changes an axis the model
-            fixed; names `argument`, the value and the patch size.
-    """
-    if value is None:
-        return None
-    cell = cell_size(model)
-    need = f"patch_size {cell}" if cell == _patch_size(model) else f"patch_size {_patch_size(model)} x the ResNet's stride = {cell}"
-    if isinstance(value, str) and value.strip().lower() == "dynamic":
-        if not is_dynamic(model):
-            raise ValueError(f"{argument}=dynamic needs a model of any resolution (built with input_shape=(None, None, C)); "
-                             f"this model's input is fixed at {model_image_shape(model)}. Received: {argument}={value!r}")
-        return "dynamic"
-    items = value.replace("x", ",").split(",") if isinstance(value, str) else (
-        [value] if not isinstance(value, (tuple, list)) else list(value))
-    try:
-        sizes = [int(v.strip()) if isinstance(v, str) else v for v in items]
-    except ValueError:
-        sizes = None
-    if (sizes is None or len(sizes) not in (1, 2) or not all(is_int(s) for s in sizes)):
-        raise ValueError(f"{argument} must be H or H,W: one or two ints, multiples of the model's {need}, "
-                         f"or 'dynamic'. Received: {argument}={value!r}")
-    height, width = [int(s) for s in sizes * 2] if len(sizes) == 1 else [int(s) for s in sizes]  # NumPy ints too
-    if any(s < cell or s % cell for s in (height, width)):
-        raise ValueError(f"{argument} must be positive multiples of the model's {need} (e.g. {cell * 4}). "
-                         f"Received: {argument}={value!r}")
-    own = model_image_shape(model)[:2]
-    if is_dynamic(model) and any(o is not None and o != s for o, s in zip(own, (height, width))):
-        raise ValueError(f"the model fixes its input at {own} (None: any size); {argument} cannot change a fixed "
-                         f"axis. Received: {argument}={value!r}")
-    return height, width
-
-
-def _patch_size(model):
-    from keras_vit.layers import Patches
-
-    return next(layer.patch_size for layer in _all_layers(model) if isinstance(layer, Patches))
-
-
-def other_image_size(model, image_size):
-    """The second size a dynamic-size artifact is verified at, besides `image_size` (height, width).
-
-    The table's own size (`default_image_size`) when `image_size` is
-    another; else one patch row and two patch columns more on the axes the
-    model leaves free (a rectangular size, so that height and width are each
-    checked).
-    """
-    own = default_image_size(model)
-    if tuple(own) != tuple(image_size):
-        return tuple(own)
-    cell = cell_size(model)
-    height, width, _ = model_image_shape(model)
-    return (image_size[0] + (cell if height is None else 0), image_size[1] + (2 * cell if width is None else 0))
-
-
-def _all_layers(model):
-    """Every layer of a model, nested models and sublayers included."""
-    return [layer for layer in model._flatten_layers(include_self=False, recursive=True)]
 
 
 def dtype_policy_name(model):
@@ -295,100 +143,6 @@ def float32_twin(model):
         raise ValueError(f"the float32 twin of {model.name!r} has {len(twin.weights)} weights, the model {len(weights)}")
     twin.set_weights([w.astype("float32") if w.dtype.kind == "f" or w.dtype.name == "bfloat16" else w for w in map(np.asarray, weights)])
     return twin
-
-
-def _head(model):
-    """The last layer of a model, looking inside a nested model that ends it."""
-    import keras
-
-    layer = model
-    while isinstance(layer, keras.Model) and layer.layers:
-        layer = layer.layers[-1]
-    return layer
-
-
-def score_kind(model, scores="probabilities"):
-    """What a model's artifact outputs for `scores`, and the activation the graph must add (None if none).
-
-    The head is the model's last layer (keras_vit's `predictions` Dense
-    layer, `classifier_activation` its activation). With
-    `scores="probabilities"` a head without activation (None / "linear")
-    gets a softmax in the serving graph, or a sigmoid when it has a single
-    output (a binary classifier: a softmax over one logit is 1.0 for every
-    image); a softmax head is kept as it is (no second softmax). With
-    `scores="logits"` a head without activation is kept. A model whose last
-    layer is not a Dense layer (`include_top=False`) or whose head has
-    another activation (e.g. a multi-label sigmoid) keeps its outputs
-    unchanged: kind "outputs".
-
-    Args:
-        model: a Keras model.
-        scores: "probabilities" (default) or "logits".
-
-    Returns:
-        `(kind, activation)`: kind is "probabilities", "logits" or
-        "outputs"; activation "softmax", "sigmoid" or None.
-
-    Raises:
-        ValueError: `scores` is not one of `SCORES`; logits asked of a head
-            with an activation (they are not in the graph).
-    """
-    import keras
-
-    if scores not in SCORES:
-        raise ValueError(f"`scores` must be one of {', '.join(map(repr, SCORES))}. Received: scores={scores!r}")
-    head = _head(model)
-    if not isinstance(head, keras.layers.Dense):
-        return "outputs", None
-    activation = getattr(head.activation, "__name__", str(head.activation))
-    if activation in ("linear", "None"):
-        if scores == "logits":
-            return "logits", None
-        return "probabilities", "sigmoid" if int(head.units) == 1 else "softmax"
-    if activation == "softmax":
-        if scores == "logits":
-            raise ValueError(f"the model's head {head.name!r} applies softmax: its logits are not in the graph; "
-                             "export scores='probabilities' or rebuild the model with classifier_activation=None. "
-                             f"Received: scores={scores!r}")
-        if int(head.units) == 1:
-            raise ValueError(f"the model's head {head.name!r} applies softmax to a single output, which is 1.0 for "
-                             "every image: nothing an app could use. Build a binary classifier with classes=1 and "
-                             "classifier_activation='sigmoid' (or None: the export adds the sigmoid), or classes=2")
-        return "probabilities", None
-    if activation == "sigmoid" and int(head.units) == 1:
-        if scores == "logits":
-            raise ValueError(f"the model's head {head.name!r} applies sigmoid: its logit is not in the graph; rebuild "
-                             f"the model with classifier_activation=None. Received: scores={scores!r}")
-        return "probabilities", None
-    if scores == "logits":
-        raise ValueError(f"the model's head {head.name!r} applies {activation!r}: its logits are not in the graph; "
-                         f"rebuild the model with classifier_activation=None. Received: scores={scores!r}")
-    return "outputs", None
-
-
-def sigmoid(logits):
-    """Sigmoid in float64 (the reference for graphs that add one), float32 out."""
-    import numpy as np
-
-    return (1.0 / (1.0 + np.exp(-np.asarray(logits, dtype="float64")))).astype("float32")
-
-
-def apply_activation(outputs, activation):
-    """`outputs` through the score activation a graph adds ("softmax", "sigmoid" or None), in float64, float32 out."""
-    if activation == "softmax":
-        return softmax(outputs)
-    if activation == "sigmoid":
-        return sigmoid(outputs)
-    return outputs
-
-
-def softmax(logits):
-    """Softmax over the last axis in float64 (the reference for graphs that add one), float32 out."""
-    import numpy as np
-
-    x = np.asarray(logits, dtype="float64")
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return (e / e.sum(axis=-1, keepdims=True)).astype("float32")
 
 
 def serving_function(model, include_preprocessing=False, batch_size=None, activation=None, shape=None, input_range=UNIT):

@@ -1,0 +1,98 @@
+"""What an artifact outputs: probabilities (a softmax, or a sigmoid for one logit, added in the graph), logits, or
+the model's own outputs; and the float64 references of those activations."""
+
+SCORES = ("probabilities", "logits")
+
+
+def _head(model):
+    """The last layer of a model, looking inside a nested model that ends it."""
+    import keras
+
+    layer = model
+    while isinstance(layer, keras.Model) and layer.layers:
+        layer = layer.layers[-1]
+    return layer
+
+
+def score_kind(model, scores="probabilities"):
+    """What a model's artifact outputs for `scores`, and the activation the graph must add (None if none).
+
+    The head is the model's last layer (keras_vit's `predictions` Dense
+    layer, `classifier_activation` its activation). With
+    `scores="probabilities"` a head without activation (None / "linear")
+    gets a softmax in the serving graph, or a sigmoid when it has a single
+    output (a binary classifier: a softmax over one logit is 1.0 for every
+    image); a softmax head is kept as it is (no second softmax). With
+    `scores="logits"` a head without activation is kept. A model whose last
+    layer is not a Dense layer (`include_top=False`) or whose head has
+    another activation (e.g. a multi-label sigmoid) keeps its outputs
+    unchanged: kind "outputs".
+
+    Args:
+        model: a Keras model.
+        scores: "probabilities" (default) or "logits".
+
+    Returns:
+        `(kind, activation)`: kind is "probabilities", "logits" or
+        "outputs"; activation "softmax", "sigmoid" or None.
+
+    Raises:
+        ValueError: `scores` is not one of `SCORES`; logits asked of a head
+            with an activation (they are not in the graph).
+    """
+    import keras
+
+    if scores not in SCORES:
+        raise ValueError(f"`scores` must be one of {', '.join(map(repr, SCORES))}. Received: scores={scores!r}")
+    head = _head(model)
+    if not isinstance(head, keras.layers.Dense):
+        return "outputs", None
+    activation = getattr(head.activation, "__name__", str(head.activation))
+    if activation in ("linear", "None"):
+        if scores == "logits":
+            return "logits", None
+        return "probabilities", "sigmoid" if int(head.units) == 1 else "softmax"
+    if activation == "softmax":
+        if scores == "logits":
+            raise ValueError(f"the model's head {head.name!r} applies softmax: its logits are not in the graph; "
+                             "export scores='probabilities' or rebuild the model with classifier_activation=None. "
+                             f"Received: scores={scores!r}")
+        if int(head.units) == 1:
+            raise ValueError(f"the model's head {head.name!r} applies softmax to a single output, which is 1.0 for "
+                             "every image: nothing an app could use. Build a binary classifier with classes=1 and "
+                             "classifier_activation='sigmoid' (or None: the export adds the sigmoid), or classes=2")
+        return "probabilities", None
+    if activation == "sigmoid" and int(head.units) == 1:
+        if scores == "logits":
+            raise ValueError(f"the model's head {head.name!r} applies sigmoid: its logit is not in the graph; rebuild "
+                             f"the model with classifier_activation=None. Received: scores={scores!r}")
+        return "probabilities", None
+    if scores == "logits":
+        raise ValueError(f"the model's head {head.name!r} applies {activation!r}: its logits are not in the graph; "
+                         f"rebuild the model with classifier_activation=None. Received: scores={scores!r}")
+    return "outputs", None
+
+
+def sigmoid(logits):
+    """Sigmoid in float64 (the reference for graphs that add one), float32 out."""
+    import numpy as np
+
+    return (1.0 / (1.0 + np.exp(-np.asarray(logits, dtype="float64")))).astype("float32")
+
+
+def apply_activation(outputs, activation):
+    """`outputs` through the score activation a graph adds ("softmax", "sigmoid" or None), in float64, float32 out."""
+    if activation == "softmax":
+        return softmax(outputs)
+    if activation == "sigmoid":
+        return sigmoid(outputs)
+    return outputs
+
+
+def softmax(logits):
+    """Softmax over the last axis in float64 (the reference for graphs that add one), float32 out."""
+    import numpy as np
+
+    x = np.asarray(logits, dtype="float64")
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype("float32")
