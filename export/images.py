@@ -21,7 +21,7 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
             (calibration on the training split, verification on the fixed
             held-out split), the path of an image folder (80/20 split,
             seed 0), a TFDS name (splits "train" / "test", read from the
-            local TFDS folder), or a `tf.data.Dataset` of images in [-1, 1]
+            local TFDS folder), or a `tf.data.Dataset` of images
             (elements `(images, labels)`, images, or TFDS-style dicts
             `{"image": ..., "label": ...}`; used for both calibration and
             verification), in the range the model takes (a `ServingGraph`'s

@@ -116,7 +116,7 @@ def export_all(
             (default `DEFAULT_QUANTIZATIONS`, TensorFlow's converter's four;
             int16x8 and the weight-only modes need `litert-quantizer`).
         calibration_data: None, "digits", an image folder, a TFDS name or a
-            `tf.data.Dataset` (see `load_data`); its held-out split is used
+            `tf.data.Dataset` (see `export.images.load_data`); its held-out split is used
             for verification.
         labels: class names (list) or a labels file path (one per line) for
             the TFLite metadata and `labels.txt`; default: the model's own
