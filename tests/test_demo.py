@@ -105,5 +105,5 @@ def run_guide(tmp_path, out):
     assert namespace["info"]["labels"] == [str(d) for d in range(10)]
     # the MediaPipe block on its own, as a script: its classifier is closed, so nothing prints "Exception ignored" at exit
     result = subprocess.run([sys.executable, "-c", blocks[-1]], cwd=work, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0 and "categories" not in result.stderr, result.stderr[-2000:]
+    assert result.returncode == 0, result.stderr[-2000:]
     assert "Exception ignored" not in result.stderr and "Category(" in result.stdout, result.stderr[-2000:]
