@@ -66,6 +66,8 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
             calibration = data.from_directory(subset="training", shuffle=False, **split, **common)
             held_out = data.from_directory(subset="validation", **split, **common)
         except ValueError as e:  # e.g. too few images for both halves: say why the folder is split at all
+            if "cannot be read" in str(e):  # a corrupt or unreadable file, named by keras_vit.data
+                raise ValueError(f"calibration_data={str(source)!r} (--calibration-data): {e}") from None
             raise ValueError(f"calibration_data={str(source)!r} (--calibration-data): an image folder is split "
                              f"80/20 into calibration and verification images, and this one cannot be: {e}") from None
     elif isinstance(source, str) and _is_tfds_name(source):

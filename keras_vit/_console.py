@@ -85,6 +85,8 @@ CONVERTER_NOISE = (
     # so LiteRT copies them. The written .tflite files load without this warning (measured, from path and bytes).
     re.compile(rb"WARNING: Read-only tensor #\d+ \(.*\) has an unaligned buffer \(0x[0-9a-fA-F]+, required "
                rb"alignment \d+\); copying to an aligned heap buffer\. "),
+    # TensorFlow's executor, when a tf.data decode op fails on a corrupt image: keras_vit.data names the file itself.
+    re.compile(_ABSL + rb"local_rendezvous\.cc:\d+\] Local rendezvous is aborting with status: "),
 )
 # Dropped too under `--verbose 0` (errors only): absl's INFO and WARNING lines, LiteRT's "INFO:" and "WARNING:" lines.
 QUIET_NOISE = (re.compile(rb"[IW]\d{4} \d\d:\d\d:[\d.]+ +\d+ "), re.compile(rb"(INFO|WARNING): "))

@@ -197,6 +197,7 @@ INFO: Created TensorFlow Lite XNNPACK delegate for CPU.
 WARNING: Read-only tensor #3 (tiny_vit_1/transformer_block_0_1/attention_1/query_1/MatMul;tiny_vit_1/\
 transformer_block_0_1/attention_1/query_1/Add) has an unaligned buffer (0x7fd5f5206a6c, required alignment 8); \
 copying to an aligned heap buffer. Re-export the model to align buffers in the FlatBuffer and enable zero-copy mmap.
+W0000 00:00:1796176671.192405   11657 local_rendezvous.cc:412] Local rendezvous is aborting with status: INVALID_ARGUMENT: Unknown image file format. One of JPEG, JPEG XL, PNG, GIF, BMP, WebP required.
 """
 REAL_DURING_WORK = [  # lines written while a command line works that must reach the user
     b"/work/x.py:3: UserWarning: a deliberate warning\n",

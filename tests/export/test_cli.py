@@ -113,7 +113,7 @@ def _plain_keras_file(tmp_path):
         (lambda m, t: [m, "--quantization", "float16", "--int8-io-type", "uint8"], "--int8-io-type uint8 applies to the 'int8' TFLite file"),
         (lambda m, t: [m, "--calibration-data", "photos_typo"], "'photos_typo' is neither an existing folder nor a data set TFDS knows"),
         (lambda m, t: [_text_file(t, "text.keras")], "is not a Keras .keras model file"),
-        (lambda m, t: [m, "--calibration-data", str(t / "junk_images")], "the calibration data could not be read"),
+        (lambda m, t: [m, "--calibration-data", str(t / "junk_images")], "(10 bytes) cannot be read: Unknown image file format"),
         (lambda m, t: [m, "--calibration-data", str(t / "one_image")],
          "an image folder is split 80/20 into calibration and verification images, and this one cannot be"),
     ],
