@@ -6,15 +6,24 @@ Exit status: 0 when every artifact passed, 1 when one failed verification
 (named in the message; no file is left under its name), 2 for bad input.
 """
 
+import argparse
 import json
 import sys
 
 from export import _cli_text
-from export.input_range import RANGES
+from export.input_range import RANGES, parse_input_range, range_name
 from export.onnx_quantization import ONNX_QUANTIZATIONS
 from export.pipeline import FORMATS
 from export.tflite import CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, REFUSED
 from keras_vit import _cli, _console, _files
+
+
+def _input_range(value):
+    """argparse's type for --input-range: the range's name, e.g. "0,255" ("0.0,255.0" and "[0, 255]" too)."""
+    try:
+        return range_name(parse_input_range(value, "--input-range"))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("--input-range must", "must")) from None
 
 
 def build_parser():
@@ -41,7 +50,7 @@ def build_parser():
     p.add_argument("--include-preprocessing", action="store_true",
                    help="artifacts take raw pixels in [0, 255] (input 'pixels', file names ending in _pixels) and "
                         "scale them inside the graph")
-    p.add_argument("--input-range", default=None, choices=list(RANGES), metavar="|".join(RANGES),
+    p.add_argument("--input-range", default=None, type=_input_range, metavar="|".join(RANGES),
                    help="the pixel range the model takes (default: read from its first layers: keras_vit's "
                         "include_preprocessing or preprocess_input, Rescaling, Normalization; else -1,1)")
     p.add_argument("--int8-io-type", choices=["float32", "int8", "uint8"], default="float32")
@@ -122,6 +131,8 @@ def _main(argv):
             with open(f"{args.output_dir}/report.json") as f:
                 report = json.load(f)
             print(format_table(report))
+            print("\nWhat an app feeds each file that passed and gets back (also in report.json, \"contract\"):")
+            print(format_contracts(report))
         except OSError:
             pass
         tip = _cli_text.what_to_try(report, CALIBRATED)  # more training, other images, or the mode left out

@@ -12,7 +12,7 @@ FLAGS = {
     "representative_data": "--calibration-data", "labels": "--labels", "output_dir": "--output-dir",
     "include_preprocessing": "--include-preprocessing", "int8_io_type": "--int8-io-type", "io_type": "--int8-io-type",
     "opset": "--opset", "batch_size": "--batch-size", "scores": "--scores", "image_size": "--image-size",
-    "overwrite": "--overwrite", "profile": "--profile",
+    "overwrite": "--overwrite", "profile": "--profile", "directory": "--calibration-data", "input_range": "--input-range",
 }
 # Names other tools (TensorFlow's converter and docs, onnxruntime, ML Kit) give the modes, and common typos of kind.
 QUANTIZATION_ALIASES = {
@@ -83,6 +83,11 @@ def what_to_try(report, calibrated=("int8", "int16x8")):
     from export.verify import decision_failure
 
     rows = report.get("artifacts", [])
+    constant = [r for r in rows if not r["passed"] and any(f.startswith("outputs are the same for every image")
+                                                           for f in r["failures"])]
+    if constant and all(r.get("keras_constant_outputs") for r in constant):  # the model itself, not a mode to tune
+        return ("what to try: train the model first: its own outputs are the same for every image, so no file can "
+                "decide anything")
     failed = [r for r in rows if not r["passed"] and r["quantization"] != "float32"]
     if not failed:
         return ""
@@ -94,6 +99,10 @@ def what_to_try(report, calibrated=("int8", "int16x8")):
     if any(r["quantization"] in (calibrated if r["format"] == "tflite" else ("int8",)) for r in decisions):
         tips.append("calibrate on more or other images, like the ones the model will classify "
                     "(--calibration-data FOLDER)")
+    count = report.get("num_verification_images") or 0
+    if decisions and 0 < count < 100:  # a folder's 20% held out: one flip is more than a bar's margin
+        tips.append(f"verify on more images: {count} were held out (20% of a --calibration-data folder), so one "
+                    f"flip costs {100 / count:.1f} points of agreement")
     left_out, kept = [], []
     for fmt, flag in (("tflite", "--quantization"), ("onnx", "--onnx-quantization")):
         bad = list(dict.fromkeys(r["quantization"] for r in failed if r["format"] == fmt))

@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 
+from keras_vit.layers.classifier_head import check_class_names
 from export.input_range import PIXELS, RANGES, UNIT, describe, scale
 from export.metadata import app_preprocessing
 from export.verify import VerificationError
@@ -37,7 +38,7 @@ def artifact_contract(path, fmt, graph):
         `app_preprocessing`: what the app does to RGB pixels p in [0, 255].
     """
     name, dtype, shape, quantization = _read_input(path, fmt)
-    out_name, out_dtype = _read_output(path, fmt)
+    out_name, out_dtype, out_quantization = _read_output(path, fmt)
     float_range = list(graph.input_range)
     contract = {
         "input": {"name": name, "dtype": dtype, "shape": shape,
@@ -48,6 +49,10 @@ def artifact_contract(path, fmt, graph):
     }
     if quantization is not None:
         contract["input"]["quantization"] = quantization
+    if out_quantization is not None:  # an integer output: how the app reads scores from it
+        out_scale, out_zero = out_quantization
+        contract["output"]["quantization"] = out_quantization
+        contract["output"]["dequantize"] = f"score = (q - {out_zero}) * {out_scale:.6g}"
     return contract
 
 
@@ -76,19 +81,22 @@ def _read_input(path, fmt):
 
 
 def _read_output(path, fmt):
+    """`(name, dtype, quantization)` of a file's one output; quantization `[scale, zero_point]` of an integer one."""
     if fmt == "tflite":
         details = _tflite_details(path)[1]
-        return details["name"], np.dtype(details["dtype"]).name
+        dtype = np.dtype(details["dtype"]).name
+        scale_, zero = details["quantization"]
+        return details["name"], dtype, None if dtype.startswith("float") else [float(scale_), int(zero)]
     if fmt == "onnx":
         import onnx
 
         value = onnx.load(path, load_external_data=False).graph.output[0]
-        return value.name, onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
+        return value.name, onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name, None
     import tensorflow as tf
 
     serve = tf.saved_model.load(path).signatures["serving_default"]
     (name, spec), = serve.structured_outputs.items()
-    return name, spec.dtype.name
+    return name, spec.dtype.name, None
 
 
 def _tflite_details(path):
@@ -110,8 +118,9 @@ def format_contracts(report):
         i, o = c["input"], c["output"]
         shape = "x".join("?" if d is None else str(d) for d in i["shape"])
         values = f"[{i['range'][0]:g}, {i['range'][1]:g}]"
+        out = f"`{o['name']}` {o['dtype']} {o['kind']}" + (f" ({o['dequantize']})" if "dequantize" in o else "")
         rows.append(f"| {r['name']} | `{i['name']}` {i['dtype']} {shape} | {i['batch']} | {values} | "
-                    f"{c['app_preprocessing']} | `{o['name']}` {o['dtype']} {o['kind']} |")
+                    f"{c['app_preprocessing']} | {out} |")
     return "\n".join(rows)
 
 
@@ -119,17 +128,21 @@ def label_names(labels, class_names, classes, model_names=None):
     """`(names, source)`: the labels the files carry, and where they came from.
 
     `source` is "given" (`labels`), "model" (the head's class names),
-    "data" (the calibration data set's) or "numbers" ("0".."n-1").
+    "data" (the calibration data set's) or "numbers" ("0".."n-1"). A
+    one-output (binary) model and a two-class data set: its one label is
+    the data set's second class (label 1, what the output's probability is of).
 
     Raises:
         ValueError: a count other than `classes`; a missing labels file; a
             calibration data set whose class names differ from the model's
             own (its labels would not mean the model's classes).
     """
+    if classes == 1 and class_names is not None and len(class_names) == 2:
+        class_names = list(class_names[1:])  # a binary classifier's one output: label 1 of a two-class folder
     if labels is None:
         if class_names is not None and len(class_names) != classes:
             raise ValueError(
-                f"the model has {classes} classes but the calibration data set has {len(class_names)} "
+                f"the model has {_classes(classes)} but the calibration data set has {len(class_names)} "
                 f"({', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''}); "
                 "export with data of the model's own classes, or pass labels"
             )
@@ -146,14 +159,35 @@ def label_names(labels, class_names, classes, model_names=None):
             return list(class_names), "data"
         return [str(i) for i in range(classes)], "numbers"
     if isinstance(labels, (str, os.PathLike)):
-        if not os.path.isfile(labels):
-            raise ValueError(f"labels file not found: {labels!r}")
-        with open(labels) as f:
-            labels = [line.strip() for line in f if line.strip()]
+        labels = read_labels_file(labels)
     labels = list(labels)
     if len(labels) != classes:
-        raise ValueError(f"the model has {classes} classes but {len(labels)} labels were given")
-    return labels, "given"
+        raise ValueError(f"labels (--labels) must name each of the model's {_classes(classes)}. Received: {len(labels)} "
+                         f"labels ({', '.join(map(str, labels[:5]))}{', ...' if len(labels) > 5 else ''})")
+    return check_class_names(labels, classes, "labels (--labels)"), "given"
+
+
+def _classes(n):
+    return "1 class" if n == 1 else f"{n} classes"
+
+
+def read_labels_file(path):
+    """The class names of a labels file: one per line, UTF-8 (a byte-order mark is dropped), trailing blank lines ignored.
+
+    Raises:
+        ValueError: no such file, or a blank line between names (it would
+            shift every name after it); names `labels (--labels)`.
+    """
+    if not os.path.isfile(path):
+        raise ValueError(f"labels file not found: {str(path)!r} (labels / --labels)")
+    with open(path, encoding="utf-8-sig") as f:
+        lines = [line.strip() for line in f.read().splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    if "" in lines:
+        raise ValueError(f"labels (--labels) {str(path)!r} has a blank line at line {lines.index('') + 1}, between "
+                         "class names: every name after it would name the wrong output. Remove it")
+    return lines
 
 
 def check_keras_accuracy(graph, images, labels):
@@ -179,19 +213,22 @@ def check_keras_accuracy(graph, images, labels):
             20 points above chance and the range read); names it, and
             `--input-range` / `input_range`.
     """
-    if labels is None or len(labels) == 0 or graph.score_kind == "outputs" or graph.classes < 2:
+    if labels is None or len(labels) == 0 or graph.score_kind == "outputs":
         return []
+    from export.scores import decision_scores
     labels = np.asarray(labels).reshape(-1)
-    chance = 1.0 / graph.classes
+    chance = 1.0 / max(graph.classes, 2)
     bar = chance + max(0.05, 3.0 * np.sqrt(chance * (1 - chance) / len(labels)))
-    accuracy = float((graph.predict(images, activation=False).argmax(-1) == labels).mean())
+    raw = "logits" if graph.activation or graph.score_kind == "logits" else graph.score_kind  # what predict gives
+    decide = lambda x: decision_scores(graph.predict(x, activation=False), raw).argmax(-1)  # noqa: E731
+    accuracy = float((decide(images) == labels).mean())
     if accuracy >= bar:
         return []
     tried = {}
     for name, other in RANGES.items():
         if other != tuple(graph.model_range):
             x = scale(scale(images, UNIT, other), graph.model_range, UNIT)  # the model fed `other`
-            tried[name] = float((graph.predict(x, activation=False).argmax(-1) == labels).mean())
+            tried[name] = float((decide(x) == labels).mean())
     best = max(tried, key=tried.get)
     fed = f"fed images in {describe(graph.model_range)} ({graph.range_source})"
     if tried[best] >= max(bar, chance + 0.2, accuracy + 0.2):

@@ -24,6 +24,8 @@ PIXELS = RANGES["0,255"]  # raw 8-bit pixels, what cameras and image files give
 # Layers that keep pixel values as they are at inference (augmentation is off; resizing and cropping keep the range).
 _VALUE_PRESERVING = ("Resizing", "CenterCrop", "Cropping2D", "ZeroPadding2D", "Identity", "Dropout")
 _MODELS = ("Functional", "Sequential", "Model")
+READ = "read from its first layers"
+UNREAD = "not known:"
 
 
 def range_name(value):
@@ -45,11 +47,13 @@ def parse_input_range(value, argument="input_range"):
     """
     if value is None:
         return None
+    original = value
     if isinstance(value, str):
         key = value.replace(" ", "").replace("[", "").replace("]", "").replace(":", ",")
         if key in RANGES:
             return RANGES[key]
-    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        value = key.split(",")  # "0.0,255.0"
+    if isinstance(value, (tuple, list)) and len(value) == 2:
         try:
             pair = (float(value[0]), float(value[1]))
         except (TypeError, ValueError):
@@ -57,7 +61,8 @@ def parse_input_range(value, argument="input_range"):
         if pair in RANGES.values():
             return pair
     raise ValueError(f"{argument} must be one of {', '.join(RANGES)} (the pixel range the model takes: 0,255 for a "
-                     f"model that scales raw pixels itself). Received: {argument}={value!r}")
+                     f"model that scales raw pixels itself). Received: "
+                     + (f"{argument} {original}" if argument.startswith("--") else f"{argument}={original!r}"))
 
 
 def scale(images, source, target):
@@ -96,7 +101,7 @@ def model_input_range(model):
     [0, 1] images [0, 1].
 
     A subclassed model, or a first layer that is none of those (a `Lambda`,
-    a custom layer) ends the walk: what was read so far counts. Pass the
+    a custom layer) ends the walk, and the range is not known. Pass the
     range to the exporter (`input_range=`, `--input-range`) where it cannot
     be read; `export_all` also checks the model's accuracy on labelled
     verification images, which catches a wrong range.
@@ -106,21 +111,32 @@ def model_input_range(model):
 
     Returns:
         `(range, how)`: `range` a `(lo, hi)` tuple of `RANGES`; `how` a
-        short text naming the layers read, for messages and the report.
+        short text naming the layers read, for messages and the report: it
+        starts with `READ` when the range was read from layers, with
+        `UNREAD` when a layer that is neither one of those nor keras_vit's
+        own (a custom layer, a `Lambda`) comes first and the range is a
+        guess.
     """
-    found = []
-    a, b = _walk(model, 1.0, 0.0, found)
+    found, stopped = [], []
+    a, b = _walk(model, 1.0, 0.0, found, stopped)
+    if stopped:  # a layer of the user's own before the ViT: what it does to pixels is not known
+        name, kind = stopped[0]
+        read = f" after {', '.join(found)}" if found else ""
+        return UNIT, (f"{UNREAD} its layer {name!r} ({kind}){read} cannot be read: taken to take keras_vit's "
+                      "[-1, 1]; pass --input-range (input_range=) if it takes another range")
     if not found:
         return UNIT, "no pixel-scaling layer before the ViT: it takes keras_vit's [-1, 1]"
     best = min(RANGES.values(), key=lambda r: abs(math.log(max(abs(a) * (r[1] - r[0]), 1e-12) / 2.0)))
-    return best, f"read from its first layers ({', '.join(found)}: x -> {a:.6g} x + {b:.6g})"
+    return best, f"{READ} ({', '.join(found)}: x -> {a:.6g} x + {b:.6g})"
 
 
-def _walk(model, a, b, found):
-    """Composes the pixel-scaling layers at the start of `model` onto `x -> a x + b`; appends their names to `found`."""
+def _walk(model, a, b, found, stopped):
+    """Composes the pixel-scaling layers at the start of `model` onto `x -> a x + b`; appends their names to `found`,
+    and `(name, class)` of a first layer of the user's own (not keras_vit's) that ends the walk to `stopped`."""
     try:
         config = model.get_config()
     except Exception:  # a subclassed model: nothing to read
+        stopped.append((model.name, type(model).__name__))
         return a, b
     if not isinstance(config, dict) or not isinstance(config.get("layers"), list):
         return a, b
@@ -144,12 +160,20 @@ def _walk(model, a, b, found):
     for entry in chain:
         step = _affine(model, entry, found)
         if step is None:
+            if not _is_keras_vit(entry):
+                stopped.append((entry.get("name") or entry.get("config", {}).get("name"), entry.get("class_name")))
             break
         if step == "nested":
-            return _walk(_layer(model, entry), a, b, found)
+            return _walk(_layer(model, entry), a, b, found, stopped)
         s, o = step
         a, b = s * a, s * b + o
     return a, b
+
+
+def _is_keras_vit(entry):
+    """True for a serialised layer of keras_vit's own (`Patches`, `ImageSizeCheck`, the hybrid's `StdConv2D`, ...)."""
+    return str(entry.get("registered_name", "")).startswith("keras_vit>") or str(entry.get("module", "")).startswith(
+        "keras_vit")
 
 
 def _reads(entry, name):

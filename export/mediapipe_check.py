@@ -136,10 +136,12 @@ def figures(path, images, reference, labels=None, score_kind="probabilities"):
     except Exception as e:  # MediaPipe refuses this kind of file: reported, not fatal
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         return {"mediapipe_unsupported": f"{type(e).__name__}: {lines[0][:300] if lines else ''}"}
-    top = scores.argmax(-1)
-    row = {"mediapipe_top1_agreement": float((top == reference.argmax(-1)).mean())}
+    from export.scores import decision_scores
+
+    top = decision_scores(scores, score_kind).argmax(-1)  # a binary (one-output) file decides by its threshold
+    row = {"mediapipe_top1_agreement": float((top == decision_scores(reference, score_kind).argmax(-1)).mean())}
     if labels is not None:
         row["mediapipe_accuracy"] = float((top == np.asarray(labels).reshape(-1)).mean())
-    if score_kind == "probabilities":
+    if score_kind == "probabilities" and reference.shape[-1] > 1:
         row["mediapipe_max_score_sum_error"] = float(np.abs(scores.astype("float64").sum(-1) - 1.0).max())
     return row

@@ -22,7 +22,7 @@ def normalization(input_range):
     `input_range` (`(lo, hi)`): 127.5, 127.5 for [-1, 1]; 0, 255 for [0, 1]; 0, 1 for [0, 255] (nothing to do)."""
     lo, hi = (float(v) for v in input_range)
     std = 255.0 / (hi - lo)
-    return -lo * std, std
+    return -lo * std + 0.0, std  # + 0.0: no -0.0 in the metadata
 
 
 def app_preprocessing(input_range, dtype="float32"):
@@ -131,7 +131,7 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
             f.write("\n".join(labels) + "\n")
         output_md = metadata_info.ClassificationTensorMd(
             name=image_classifier.OUTPUT_NAME,
-            description=SCORE_DESCRIPTIONS[scores],
+            description=SCORE_DESCRIPTIONS[scores] + _integer_output_note(buffer, writer_utils),
             label_files=[metadata_info.LabelFileMd(file_path=label_path)],
             tensor_type=writer_utils.get_output_tensor_types(buffer)[0],
         )
@@ -142,6 +142,17 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
             buffer, general_md=general_md, input_md=input_md, output_md=output_md
         )
         return writer.populate()
+
+
+def _integer_output_note(buffer, writer_utils):
+    """"; as uint8 (int8): score = (q - zero_point) * scale" for a file whose output is an integer tensor, else ""."""
+    dtype = _dtype_name(writer_utils.get_output_tensor_types(buffer)[0], writer_utils._schema_fb)
+    if dtype == "float32":
+        return ""
+    from ai_edge_litert.interpreter import Interpreter
+
+    scale, zero = Interpreter(model_content=bytes(buffer)).get_output_details()[0]["quantization"]
+    return f"; as {dtype}: score = (q - {zero}) * {scale:.6g} (the output's quantisation)"
 
 
 def _dtype_name(tensor_type, schema_fb):

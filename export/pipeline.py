@@ -6,7 +6,7 @@ import tempfile
 import time
 
 from keras_vit import _files
-from export.input_range import RANGES, UNIT, describe, parse_input_range, scale
+from export.input_range import RANGES, UNIT, UNREAD, describe, parse_input_range, scale
 from export.onnx import check_opset
 from export.onnx_quantization import ONNX_QUANTIZATIONS, onnx_file
 from export.signature import ServingGraph, is_dynamic, model_image_shape, parse_image_size, prepare
@@ -270,7 +270,10 @@ def _export_all(model, output_dir, size, formats, planned, targets, calibration_
 
 def _say_input(graph):
     """One line: the range the model takes and how it was known; one more when --include-preprocessing adds nothing."""
-    print(f"the model takes images in {describe(graph.model_range)}: {graph.range_source}", flush=True)
+    if graph.range_source.startswith(UNREAD):
+        print(f"WARNING: the range the model takes is {graph.range_source}", flush=True)
+    else:
+        print(f"the model takes images in {describe(graph.model_range)}: {graph.range_source}", flush=True)
     if graph.include_preprocessing and graph.model_range == RANGES["0,255"]:
         print("the model already takes raw pixels in [0, 255]: --include-preprocessing adds no scaling "
               "(its files take the same input as the default ones)", flush=True)
@@ -307,6 +310,8 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
         print(f"the model holds no class names: labels.txt and the .tflite files name its {graph.classes} classes "
               f"0..{graph.classes - 1} (pass --labels FILE, or train with keras-vit-train, which stores them)", flush=True)
     warnings = check_keras_accuracy(graph, eval_images, eval_labels)
+    if graph.range_source.startswith(UNREAD):
+        warnings.insert(0, f"the range the model takes is {graph.range_source}")
     calibration = scale(calibration, UNIT, graph.input_range)  # as the artifacts take them (raw pixels, ...)
     os.makedirs(output_dir, exist_ok=True)
     stage = _files.track(tempfile.mkdtemp(dir=output_dir, prefix=".tmp-export-"))  # removed by a SIGTERM too

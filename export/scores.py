@@ -96,3 +96,28 @@ def softmax(logits):
     x = np.asarray(logits, dtype="float64")
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return (e / e.sum(axis=-1, keepdims=True)).astype("float32")
+
+
+def decision_scores(outputs, kind="probabilities"):
+    """Scores whose argmax is the decision: `outputs` as they are, or for one output (a binary classifier) two columns.
+
+    A one-output head decides by a threshold, not an argmax (an argmax over
+    one column is always class 0): 0.5 for probabilities (a sigmoid), 0 for
+    logits. Its two columns are `[t - x, x - t]`: class 1 (the class
+    `labels.txt` names, label 1 of a two-class folder) where x > t, with the
+    margin |x - t| on both sides.
+
+    Args:
+        outputs: `(n, classes)` array.
+        kind: "probabilities", "logits" or "outputs" (what the outputs are).
+
+    Returns:
+        float64 `(n, classes)`, or `(n, 2)` for one output.
+    """
+    import numpy as np
+
+    outputs = np.asarray(outputs, dtype="float64")
+    if outputs.ndim != 2 or outputs.shape[-1] != 1:
+        return outputs
+    threshold = 0.0 if kind == "logits" else 0.5
+    return np.concatenate([threshold - outputs, outputs - threshold], axis=-1)

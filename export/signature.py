@@ -29,7 +29,7 @@ import zipfile
 
 from keras_vit import _files
 from keras_vit._validation import is_int
-from export.input_range import PIXELS, UNIT, model_input_range, parse_input_range, scale
+from export.input_range import PIXELS, READ, UNIT, model_input_range, parse_input_range, range_name, scale
 from export.scores import SCORES, apply_activation, score_kind, sigmoid, softmax  # noqa: F401 (export.signature's names too)
 from export.sizes import (  # noqa: F401 (export.signature's names too)
     _all_layers,
@@ -234,7 +234,8 @@ class ServingGraph:
     dynamic_size: bool, default True: a model of any resolution keeps a
     dynamic height and width in the signature (SavedModel, ONNX); False
     fixes them at `image_size` (the TFLite files); input_range: None (read
-    from the model) or a range of `export.input_range.RANGES`.
+    from the model) or a range of `export.input_range.RANGES`, refused where
+    it contradicts what the model's first layers say.
 
     Raises:
         ValueError: a bad `input_range`; the model has no single image input of known channels,
@@ -273,10 +274,14 @@ class ServingGraph:
         self.model = float32_twin(model)
         self.classes = int(self.model.output_shape[-1])
         self.class_names = model_class_names(model)
+        read, how = model_input_range(model)
+        if given is not None and how.startswith(READ) and given != read:
+            raise ValueError(f"input_range (--input-range) {range_name(given)} contradicts the model: its first layers "
+                             f"take {range_name(read)} ({how}). Leave --input-range out, or give {range_name(read)}")
         if given is not None:
             self.model_range, self.range_source = given, "given (input_range / --input-range)"
         else:
-            self.model_range, self.range_source = model_input_range(model)
+            self.model_range, self.range_source = read, how
         self.include_preprocessing = bool(include_preprocessing)
         self.input_range = PIXELS if self.include_preprocessing else self.model_range
         self.input_name = PIXELS_INPUT_NAME if self.include_preprocessing else INPUT_NAME
@@ -389,8 +394,10 @@ def load_vit(path):
     too (e.g. `keras.Sequential([vit])`), as the Python API accepts them.
 
     Raises:
-        ValueError: the file is missing, is not a Keras model file, or holds
-            a model without keras_vit's `PatchEncoder` layer.
+        ValueError: the file is missing, is not a Keras model file, holds a
+            layer Keras cannot rebuild here (a custom layer whose module is
+            not imported, a `Lambda`: the message says how to export it from
+            Python), or a model without keras_vit's `PatchEncoder` layer.
     """
     import keras
 
@@ -404,7 +411,17 @@ def load_vit(path):
     try:
         model = keras.saving.load_model(path)
     except Exception as e:  # any reason the file is not a loadable Keras model
-        raise ValueError(f"{path!r} is not a loadable Keras model file ({type(e).__name__}: {str(e)[:200]})") from None
+        text = " ".join(str(e).split())
+        if "Lambda" in text and "safe_mode" in text:
+            raise ValueError(f"{path!r} holds a Lambda layer, which Keras loads only with safe_mode=False (it runs the "
+                             "file's Python code): export it from Python, model = keras.saving.load_model(path, "
+                             "safe_mode=False); export.export_all(model, ...)") from None
+        if "could not be deserialized" in text or "Could not locate" in text:
+            raise ValueError(f"{path!r} holds a layer of your own that Keras cannot rebuild here: export it from "
+                             "Python after importing the module that registers it "
+                             "(@keras.saving.register_keras_serializable): export.export_all(model, ...)") from None
+        cut = text[:300].rsplit(" ", 1)[0] + " ..." if len(text) > 300 else text
+        raise ValueError(f"{path!r} is not a loadable Keras model file ({type(e).__name__}: {cut})") from None
     if not contains_layer(model, PatchEncoder):
         raise ValueError(f"{path!r} holds a Keras model without keras_vit's PatchEncoder: not a keras_vit ViT")
     model_image_shape(model)

@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 
 from keras_vit import _files
+from keras_vit.layers.classifier_head import check_class_names
 from export.litert_quantization import CALIBRATED as _LITERT_CALIBRATED
 from export.litert_quantization import LITERT_QUANTIZATIONS, missing_package
 from export.images import DEFAULT_CALIBRATION_STEPS, representative_samples  # noqa: F401 (export.tflite's names too)
@@ -272,7 +273,7 @@ def _checked_metadata(metadata, graph):
         count = "a string" if isinstance(labels, (str, bytes)) else f"{len(list(labels))} labels"
         raise ValueError(f"`metadata['labels']` must name each of the model's {graph.classes} outputs; MediaPipe "
                          f"refuses a file whose label count differs. Received: {count}")
-    metadata["labels"] = [str(label) for label in labels]
+    metadata["labels"] = check_class_names([str(label) for label in labels], graph.classes, "metadata['labels']")
     metadata.setdefault("scores", graph.score_kind)
     return metadata
 
@@ -340,12 +341,16 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
     return content
 
 
+_SCORE_OPS = ("SOFTMAX", "LOGISTIC")  # the scores' activation, kept in float32 after the output DEQUANTIZE
+
+
 def float_ops(content):
     """The ops of a `.tflite` flatbuffer that read or write a float tensor, as `(index, op name)` pairs.
 
     The input `QUANTIZE` (from a graph input) and the output `DEQUANTIZE`
-    (to a graph output, or to the scores' float32 SOFTMAX that writes the
-    graph output, see `_int8_with_float_softmax`, and that SOFTMAX) of a
+    (to a graph output, or to the scores' float32 SOFTMAX, or LOGISTIC for a
+    one-logit head, that writes the graph output, see
+    `_int8_with_float_softmax`, and that op) of a
     full-integer file with float32 I/O are not counted: an integer-only file with `io_type` "float32" gives `[]`, as
     one with int8 / uint8 I/O, which has no float tensor at all.
     Op names from LiteRT's `_get_ops_details()`, dtypes from
@@ -360,7 +365,7 @@ def float_ops(content):
     ops = interpreter._get_ops_details()
     dequantized = {o for op in ops if op["op_name"] == "DEQUANTIZE" for o in op["outputs"]}
     # the scores' float SOFTMAX after the output DEQUANTIZE (`_int8_with_float_softmax`): its input
-    final_softmax_inputs = {i for op in ops if op["op_name"] == "SOFTMAX" and set(op["outputs"]) <= outputs
+    final_softmax_inputs = {i for op in ops if op["op_name"] in _SCORE_OPS and set(op["outputs"]) <= outputs
                             for i in op["inputs"] if i in dequantized}
     found = []
     for op in ops:
@@ -369,7 +374,7 @@ def float_ops(content):
             continue
         if op["op_name"] == "DEQUANTIZE" and set(outs) <= outputs | final_softmax_inputs:
             continue
-        if op["op_name"] == "SOFTMAX" and set(ins) <= final_softmax_inputs:
+        if op["op_name"] in _SCORE_OPS and set(ins) <= final_softmax_inputs:
             continue
         if any(i in dtypes and np.issubdtype(dtypes[i], np.floating) for i in ins + outs):
             found.append((op["index"], op["op_name"]))

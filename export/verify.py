@@ -86,7 +86,7 @@ class VerificationError(RuntimeError):
     """An artifact's outputs are outside its tolerance; names the artifact and the figure."""
 
 
-def compare(reference, outputs, labels=None):
+def compare(reference, outputs, labels=None, kind="probabilities"):
     """Figures of `outputs` against `reference` (both `(n, classes)`).
 
     Returns a dict:
@@ -108,6 +108,10 @@ def compare(reference, outputs, labels=None):
             it in every mode), keras_constant_outputs: the same of the
             reference;
         with labels: accuracy, keras_accuracy, accuracy_drop (keras - artifact).
+
+    `kind` ("probabilities", "logits" or "outputs") says how a one-output
+    (binary) model decides: by a threshold, 0.5 or 0
+    (`export.scores.decision_scores`); the decision figures use that.
 
     Raises:
         ValueError: the reference (the Keras model's own outputs) is not finite.
@@ -135,6 +139,9 @@ def compare(reference, outputs, labels=None):
         figures["cosine"] = float(np.where(norms > 0, dot / np.maximum(norms, 1e-30), 1.0).mean())
     else:
         figures["cosine"] = None
+    from export.scores import decision_scores
+
+    reference, outputs = decision_scores(reference, kind), decision_scores(outputs, kind)
     top_ref = reference.argmax(-1)
     top_out = np.where(finite.all(-1), np.nan_to_num(outputs, nan=-np.inf).argmax(-1), -1)
     flips = top_out != top_ref
@@ -276,7 +283,7 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
         }
         try:
             outputs = run_artifact(artifact, inputs)
-            row.update(compare(reference, outputs, labels))
+            row.update(compare(reference, outputs, labels, row["scores"]))
             row["failures"] = failures(row, artifact.quantization)
             row["verified_sizes"] = [list(images.shape[1:3])]
             if artifact.dynamic_size and other_sizes:
@@ -309,7 +316,8 @@ def _verify_other_sizes(model, artifact, other_sizes, row):
         images = np.asarray(images, dtype="float32")
         size = f"{images.shape[1]}x{images.shape[2]}"
         inputs = _artifact_inputs(model, artifact, images)
-        figures = compare(reference_outputs(model, images, artifact.scores), run_artifact(artifact, inputs), labels)
+        figures = compare(reference_outputs(model, images, artifact.scores), run_artifact(artifact, inputs), labels,
+                          _score_kind(model, artifact))
         row["at_sizes"][size] = figures
         row["failures"] += [f"at {size}: {failure}" for failure in failures(figures, artifact.quantization)]
         row["verified_sizes"].append(list(images.shape[1:3]))

@@ -158,11 +158,12 @@ class ArgumentParser(argparse.ArgumentParser):
 
     "unrecognized arguments: --calibration-dat x" gains "; did you mean
     --calibration-data?"; "argument --scores: invalid choice: 'logit'"
-    gains "; did you mean 'logits'?". Exits 2 with the usage, as argparse.
+    gains "; did you mean 'logits'?". Exits 2 with that one line (argparse
+    prints its whole usage block first), naming `--help`.
     """
 
     def error(self, message):
-        """Prints the usage and `message` (with a suggestion where one is close) to stderr; exits 2."""
+        """Prints `message` (with a suggestion where one is close) to stderr in one line; exits 2."""
         unknown = re.match(r"unrecognized arguments: (.*)", message)
         if unknown:
             flags = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
@@ -175,7 +176,7 @@ class ArgumentParser(argparse.ArgumentParser):
             meant = did_you_mean(choice[2], [c.strip(" '\"") for c in choice[3].split(",")])
             if meant:
                 message += f"; {_suggestion(meant)}"
-        super().error(message)
+        self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} --help)\n")  # one line, no usage block
 
 
 def complete_help(parser):

@@ -108,3 +108,16 @@ def test_what_to_try_fits_what_failed():
         "when quantised); calibrate on more or other images, like the ones the model will classify "
         "(--calibration-data FOLDER); or leave int8 and int8 (ONNX) out: --quantization float32 "
         "--onnx-quantization float32")
+
+
+def test_what_to_try_an_untrained_model_and_few_verification_images():
+    """From a fresh-user review: every file of an untrained model failed, float32 too, yet the advice was to leave
+    int8 out; a folder's 29 held-out images made one flip fail the 97% bar, and nothing said so."""
+    same = ["outputs are the same for every image (the Keras model's too: ...): nothing an app could decide on"]
+    untrained = {"artifacts": [dict(_row("tflite", q, False, same), keras_constant_outputs=True)
+                               for q in ("float32", "int8")]}
+    assert _cli_text.what_to_try(untrained).startswith("what to try: train the model first")
+    few = {"num_verification_images": 29, "artifacts": [_row("tflite", "float32", True),
+                                                         _row("tflite", "int8", False, ["decisive_top1_agreement = 0.9655"])]}
+    assert "verify on more images: 29 were held out (20% of a --calibration-data folder), so one flip costs 3.4 points" \
+        in _cli_text.what_to_try(few)

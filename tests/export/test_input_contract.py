@@ -68,7 +68,8 @@ def test_input_range_is_read_from_the_first_layers():
     assert model_input_range(seq(imagenet))[0] == PIXELS
     unit = keras.layers.Normalization(mean=[0.485, 0.456, 0.406], variance=[0.229 ** 2, 0.224 ** 2, 0.225 ** 2])
     assert model_input_range(seq(unit))[0] == (0.0, 1.0)
-    assert model_input_range(seq(PixelScale()))[0] == UNIT  # unreadable: the default, caught by the accuracy check
+    unread = model_input_range(seq(PixelScale()))  # unreadable: the default, said so, caught by the accuracy check
+    assert unread[0] == UNIT and unread[1].startswith("not known: its layer 'pixel_scale' (PixelScale) cannot be read")
     assert parse_input_range("0,255") == PIXELS and parse_input_range("[-1, 1]") == UNIT
     with pytest.raises(ValueError, match=r"input_range must be one of -1,1, 0,1, 0,255 .*Received: input_range='0-255'"):
         parse_input_range("0-255")
@@ -249,6 +250,10 @@ def test_include_preprocessing_files_have_their_own_names_and_input(trained_vit,
     assert "feed the uint8 RGB pixels as they are" in description and "is applied by the app" not in description
     rows = {r["name"]: r["contract"] for r in json.loads((tmp_path / "out" / "report.json").read_text())["artifacts"]}
     assert rows["model_int8_pixels.tflite"]["input"]["dtype"] == "uint8"
+    output = rows["model_int8_pixels.tflite"]["output"]  # uint8 probabilities: how the app reads them
+    assert output["dtype"] == "uint8" and output["dequantize"] == f"score = (q - {output['quantization'][1]}) * 0.00390625"
+    scores = uint8["subgraph_metadata"][0]["output_tensor_metadata"][0]["description"]
+    assert "as uint8: score = (q - 0) * 0.00390625" in scores
     assert rows["model_pixels.onnx"]["input"]["batch"] == "dynamic"
     assert rows["model_pixels.onnx"]["output"] == {"name": "predictions", "dtype": "float32", "kind": "probabilities"}
 
@@ -259,3 +264,69 @@ def test_default_metadata_says_how_to_scale(trained_vit, tmp_path):
     assert "feed (p - 127.5) / 127.5 as float32, in [-1, 1]" in tensor["description"]
     options = tensor["process_units"][0]["options"]
     assert options["mean"] == [127.5] and options["std"] == [127.5]
+
+
+def test_an_input_range_that_contradicts_the_models_layers_is_refused(tmp_path):
+    model = keras_vit.VisionTransformer(**TINY, classes=4, include_preprocessing=True)
+    with pytest.raises(ValueError, match=r"input_range \(--input-range\) -1,1 contradicts the model: its first layers "
+                                         r"take 0,255 \(read from its first layers \(rescaling \(Rescaling\)"):
+        export_all(model, str(tmp_path / "out"), formats="saved_model", input_range="-1,1", measure_latency=False)
+    assert not os.path.exists(tmp_path / "out")
+    assert parse_input_range("0.0,255.0") == PIXELS
+
+
+def test_binary_classifier_decides_by_its_threshold_and_takes_a_two_class_folder(trained_vit, tmp_path):
+    """A one-logit head trained on a two-class folder: accuracy by p > 0.5 (not an argmax over one column), the
+    folder's second class its one label, and an integer-only int8 file (its sigmoid in float32 after the DEQUANTIZE)."""
+    from export.tflite import float_ops
+
+    keras.utils.set_random_seed(0)
+    images, labels = trained_vit[2], trained_vit[3]
+    keep = labels < 2
+    x, y = (images[keep] + 1) * 127.5, labels[keep]
+    binary = keras_vit.VisionTransformer(**TINY, classes=1, classifier_activation=None)
+    binary.set_weights(trained_vit[0].get_weights()[:-2] + [w[..., 1:2] - w[..., 0:1] for w in trained_vit[0].get_weights()[-2:]])
+    folder = _write_folder(tmp_path / "pairs", np.concatenate([x] * 4), np.concatenate([y] * 4))  # classes "0", "1"
+    report = export_all(binary, str(tmp_path / "out"), formats="tflite", quantizations="float32,int8",
+                        calibration_data=folder, measure_latency=False)
+    assert report["labels"] == ["1"] and report["labels_source"] == "data"
+    rows = {r["name"]: r for r in report["artifacts"]}
+    assert rows["model_float32.tflite"]["keras_accuracy"] > 0.9  # 0 vs 1 by the trained model's logit difference
+    assert rows["model_float32.tflite"]["mediapipe_accuracy"] == rows["model_float32.tflite"]["keras_accuracy"]
+    assert rows["model_int8.tflite"]["passed"], rows["model_int8.tflite"]["failures"]
+    assert float_ops(open(tmp_path / "out" / "model_int8.tflite", "rb").read()) == []
+
+
+def test_labels_files_are_read_as_written(trained_vit, tmp_path):
+    from export.contract import read_labels_file
+
+    (tmp_path / "bom.txt").write_text("\ufeffzero\n" + "\n".join(NAMES[1:]) + "\n\n", encoding="utf-8")
+    assert read_labels_file(tmp_path / "bom.txt") == ["zero", *NAMES[1:]]
+    (tmp_path / "gap.txt").write_text("a\nb\n\nc\n")
+    with pytest.raises(ValueError, match=r"has a blank line at line 3, between class names"):
+        read_labels_file(tmp_path / "gap.txt")
+    (tmp_path / "twice.txt").write_text("\n".join(["a"] * 10))
+    with pytest.raises(ValueError, match=r"`labels \(--labels\)` must be distinct. Received: 'a' more than once"):
+        export_all(trained_vit[0], str(tmp_path / "out"), formats="saved_model", labels=str(tmp_path / "twice.txt"))
+    with pytest.raises(ValueError, match=r"labels \(--labels\) must name each of the model's 10 classes. Received: 3"):
+        export_all(trained_vit[0], str(tmp_path / "out"), formats="saved_model", labels=["a", "b", "c"])
+    with pytest.raises(ValueError, match=r"`metadata\['labels'\]` must hold non-empty strings"):
+        export_tflite(trained_vit[0], str(tmp_path / "m.tflite"), metadata={"labels": ["a", ""] + NAMES[2:]})
+
+
+def test_models_keras_cannot_rebuild_say_how_to_export_them(tmp_path):
+    from export.signature import load_vit
+
+    class Unregistered(keras.layers.Layer):
+        def call(self, x):
+            return x / 127.5 - 1.0
+
+    vit = keras_vit.VisionTransformer(**TINY, classes=2)
+    inputs = keras.Input((16, 16, 3))
+    keras.Model(inputs, vit(Unregistered()(inputs))).save(tmp_path / "custom.keras")
+    with pytest.raises(ValueError, match=r"holds a layer of your own that Keras cannot rebuild here: export it from "
+                                         r"Python after importing the module that registers it"):
+        load_vit(str(tmp_path / "custom.keras"))
+    keras.Model(inputs, vit(keras.layers.Lambda(lambda x: x / 127.5 - 1.0)(inputs))).save(tmp_path / "lambda.keras")
+    with pytest.raises(ValueError, match=r"holds a Lambda layer, which Keras loads only with safe_mode=False"):
+        load_vit(str(tmp_path / "lambda.keras"))
