@@ -42,7 +42,8 @@ def build_parser():
                         "(default: float32): model.onnx, model_dynamic_int8.onnx, model_int8.onnx (QDQ, calibrated "
                         "on --calibration-data)")
     p.add_argument("--calibration-data", default=None, metavar="digits|FOLDER|TFDS-NAME",
-                   help="calibration images for int8 and held-out images for verification (default: a seeded random batch)")
+                   help="calibration images for int8 and held-out images for verification; an image folder is split "
+                        "80/20 into the two (default: a seeded random batch)")
     p.add_argument("--labels", default=None, metavar="FILE",
                    help="class names, one per line (default: the model's own, which keras-vit-train stores, else the "
                         "calibration data set's, else 0..n-1)")
