@@ -70,7 +70,7 @@ def test_refuses_to_overwrite_without_flag(tmp_path, capsys):
         (["--variant", "ViTB-16"], "invalid choice: 'ViTB-16' (choose from "),
         (["--augment", "flip"], "'flip' (choose from 'none', 'crop', 'crop_flip', 'affine'); did you mean 'crop_flip'?"),
         (["--augment", "zoom"], "argument --augment: invalid choice: 'zoom' (choose from 'none', 'crop', 'crop_flip', "
-         "'affine')\n"),  # no choice close enough: no guess
+         "'affine') (usage: keras-vit-train --help)\n"),  # no choice close enough: no guess
     ],
 )
 def test_bad_input_exits_2_with_message(tmp_path, capsys, args, message):
