@@ -54,9 +54,9 @@ def test_get_strategy_and_its_errors(monkeypatch):
 def test_tpu_strategy_without_a_tpu_is_a_clear_error():
     result = _train("/tmp/unused-tpu-run", "--strategy", "tpu", "--epochs", "1", timeout=300)
     assert result.returncode == 2, result.stderr[-2000:]
-    assert "strategy='tpu': no TPU could be reached" in result.stderr
+    assert "--strategy tpu: no TPU could be reached" in result.stderr  # issue 25: named by its flag
     result = _train("/tmp/unused-tpu-run", "--strategy", "tpu", "--tpu", "no-such-tpu", "--epochs", "1", timeout=300)
-    assert result.returncode == 2 and "strategy='tpu': no TPU could be reached" in result.stderr, result.stderr[-2000:]
+    assert result.returncode == 2 and "--strategy tpu: no TPU could be reached" in result.stderr, result.stderr[-2000:]
 
 
 @pytest.mark.slow
