@@ -4,16 +4,6 @@ the model's own outputs; and the float64 references of those activations."""
 SCORES = ("probabilities", "logits")
 
 
-def _head(model):
-    """The last layer of a model, looking inside a nested model that ends it."""
-    import keras
-
-    layer = model
-    while isinstance(layer, keras.Model) and layer.layers:
-        layer = layer.layers[-1]
-    return layer
-
-
 def score_kind(model, scores="probabilities"):
     """What a model's artifact outputs for `scores`, and the activation the graph must add (None if none).
 
@@ -44,7 +34,9 @@ def score_kind(model, scores="probabilities"):
 
     if scores not in SCORES:
         raise ValueError(f"`scores` must be one of {', '.join(map(repr, SCORES))}. Received: scores={scores!r}")
-    head = _head(model)
+    from keras_vit.layers.classifier_head import head_layer
+
+    head = head_layer(model)
     if not isinstance(head, keras.layers.Dense):
         return "outputs", None
     activation = getattr(head.activation, "__name__", str(head.activation))

@@ -90,6 +90,14 @@ class ClassifierHead(keras.layers.Dense):
         return {**super().get_config(), "class_names": None if self.class_names is None else list(self.class_names)}
 
 
+def head_layer(model):
+    """The head of a model: its last layer, looked for inside a nested model that ends it (`keras.Sequential([vit])`)."""
+    layer = model
+    while isinstance(layer, keras.Model) and layer.layers:
+        layer = layer.layers[-1]
+    return layer
+
+
 def model_class_names(model):
     """The class names a model's head carries, or None.
 
@@ -103,9 +111,7 @@ def model_class_names(model):
     Returns:
         A list of str (one per output), or None when the head carries none.
     """
-    layer = model
-    while isinstance(layer, keras.Model) and layer.layers:
-        layer = layer.layers[-1]
+    layer = head_layer(model)
     return list(layer.class_names) if isinstance(layer, ClassifierHead) and layer.class_names else None
 
 
@@ -119,9 +125,7 @@ def set_model_class_names(model, class_names):
     Raises:
         ValueError: bad `class_names` for the head (`check_class_names`).
     """
-    layer = model
-    while isinstance(layer, keras.Model) and layer.layers:
-        layer = layer.layers[-1]
+    layer = head_layer(model)
     if not isinstance(layer, ClassifierHead):
         return False
     layer.set_class_names(class_names)
