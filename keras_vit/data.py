@@ -1,12 +1,15 @@
 """tf.data input pipelines for ViT: TFDS, image folders, NumPy arrays, digits.
 
-Every loader ends in the same pipeline (`_finish`): optional shuffle with a
+Every loader ends in the same pipeline (`keras_vit._pipeline.finish`): optional shuffle with a
 seed, conversion to `channels`, bilinear resize to `image_size`, optional
-augmentation, scaling to [-1, 1] with `keras_vit.preprocess_input` (the
-reference `(x - 127.5) / 127.5`), batching that keeps the partial last
-batch, and `prefetch(AUTOTUNE)`. Each returned dataset yields
-`(images, labels)`: images float32 `(batch, height, width, channels)` in
-[-1, 1], labels int32 `(batch,)`; it carries the class names as
+augmentation (geometric, then RandAugment and random erasing:
+`keras_vit.augmentation`), scaling to [-1, 1] with
+`keras_vit.preprocess_input` (the reference `(x - 127.5) / 127.5`),
+batching that keeps the partial last batch, optional Mixup / CutMix, and
+`prefetch(AUTOTUNE)`. Each returned dataset yields `(images, labels)`:
+images float32 `(batch, height, width, channels)` in [-1, 1], labels int32
+`(batch,)` (float32 `(batch, classes)`, mixed one-hot, with Mixup or
+CutMix); it carries the class names as
 `dataset.class_names`, as `keras.utils.image_dataset_from_directory` does,
 and the number of examples (None when unknown) as `dataset.num_examples`.
 
@@ -33,11 +36,12 @@ from keras_vit._backend import tensorflow
 
 tf = tensorflow("keras_vit.data (tf.data input pipelines)")
 
+from keras_vit import _pipeline, augmentation  # noqa: E402
 from keras_vit._image_files import _check_decodable, _check_image_file, _read_image  # noqa: E402
 from keras_vit._subsets import _labels_subset, stratified_subset  # noqa: E402, F401 (public here)
-from keras_vit._validation import check_choice, check_positive_int  # noqa: E402
+from keras_vit._validation import check_choice  # noqa: E402
 
-AUGMENTATIONS = (None, "crop", "crop_flip", "affine")
+AUGMENTATIONS = _pipeline.AUGMENTATIONS
 IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
 DIGITS_VALIDATION_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0
@@ -80,6 +84,10 @@ def digits(
     batch_size=32,
     shuffle=None,
     augment=None,
+    rand_augment=None,
+    random_erasing=0.0,
+    mixup_alpha=0.0,
+    cutmix_alpha=0.0,
     seed=None,
     labels_fraction=None,
 ):
@@ -87,20 +95,22 @@ def digits(
 
     Args:
         split: "train" (1,437 images) or "validation" (360 images).
-        image_size, channels, batch_size, shuffle, augment, seed,
+        image_size, channels, batch_size, shuffle, augment, rand_augment,
+            random_erasing, mixup_alpha, cutmix_alpha, seed,
             labels_fraction: as in `from_arrays`. `shuffle` defaults to
             True for "train", False for "validation".
 
     Returns:
         A `tf.data.Dataset` of `(images, labels)`: images float32
         `(batch, height, width, channels)` (channels-last) in [-1, 1],
-        labels int32 `(batch,)` (see the module doc).
+        labels int32 `(batch,)`, or float32 `(batch, 10)` with Mixup or
+        CutMix (see the module doc).
 
     Raises:
         ValueError: unknown `split`, a bad pipeline argument, or
             `keras.config.image_data_format()` is "channels_first".
     """
-    _check_channels_last("digits")
+    _pipeline.check_channels_last("digits")
     check_choice("split", split, ("train", "validation"))
     train, val, class_names = load_digits()
     images, labels = train if split == "train" else val
@@ -117,6 +127,10 @@ def digits(
         seed=seed,
         class_names=class_names,
         labels_fraction=labels_fraction,
+        rand_augment=rand_augment,
+        random_erasing=random_erasing,
+        mixup_alpha=mixup_alpha,
+        cutmix_alpha=cutmix_alpha,
     )
 
 
@@ -129,6 +143,10 @@ def from_arrays(
     batch_size=32,
     shuffle=False,
     augment=None,
+    rand_augment=None,
+    random_erasing=0.0,
+    mixup_alpha=0.0,
+    cutmix_alpha=0.0,
     seed=None,
     class_names=None,
     labels_fraction=None,
@@ -149,6 +167,17 @@ def from_arrays(
             not for digits or text) or "affine" (random rotation up to
             +-11 degrees and zoom up to +-10%, then "crop"; for digits and
             characters).
+        rand_augment: None (default) or `(num_ops, magnitude)`: Keras'
+            `RandAugment` on each image after `augment`, num_ops in [1, 11],
+            magnitude RandAugment's M in [0, 30] (AugReg: (2, 10) to
+            (2, 20); DeiT: (2, 9)); see `keras_vit.augmentation`.
+        random_erasing: float in [0, 1], default 0: the probability of
+            erasing a random rectangle of an image (Keras' `RandomErasing`).
+        mixup_alpha: float >= 0, default 0 (off): Keras' `MixUp` on each
+            batch, weights ~ Beta(alpha, alpha). Labels become one-hot.
+        cutmix_alpha: float in [0, 1], default 0 (off): Keras' `CutMix` on
+            each batch. With `mixup_alpha` too, each batch gets one of the
+            two, with probability 1/2 (DeiT).
         seed: int or None, seed of the shuffle and the augmentation. The
             augmentation uses stateless random ops keyed by a seeded stream,
             so with a seed every run yields the same images (new ones each
@@ -162,10 +191,14 @@ def from_arrays(
     Returns:
         A `tf.data.Dataset` of `(images, labels)`, or of images when
         `labels` is None: images float32 `(batch, height, width, channels)`
-        (channels-last) in [-1, 1], labels int32 `(batch,)`.
+        (channels-last) in [-1, 1], labels int32 `(batch,)`; with Mixup or
+        CutMix float32 `(batch, classes)`, mixed one-hot rows that sum to 1
+        (`keras_vit.training.compile_model`'s loss and accuracy take both).
 
     Raises:
-        ValueError: images of the wrong rank or channel count; labels whose
+        ValueError: a RandAugment, erasing or mixing argument out of range,
+            or Mixup / CutMix with fewer than 2 classes or no labels (the
+            message names the argument); images of the wrong rank or channel count; labels whose
             length differs from the images', that are not integers, are
             negative or do not index `class_names`; a bad pipeline argument;
             a `labels_fraction` outside (0, 1], without labels, or that
@@ -173,7 +206,7 @@ def from_arrays(
             `keras.config.image_data_format()` is "channels_first" (images
             are always read and yielded channels-last).
     """
-    _check_channels_last("from_arrays")
+    _pipeline.check_channels_last("from_arrays")
     images = np.asarray(images)
     if images.ndim == 3:
         images = images[..., None]
@@ -192,7 +225,9 @@ def from_arrays(
         if keep is not None:
             images, labels = images[keep], labels[keep]
         ds = tf.data.Dataset.from_tensor_slices((images, labels))
-    return _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(images))
+    mixing = _pipeline.augmentations(rand_augment, random_erasing, mixup_alpha, cutmix_alpha, class_names, labels,
+                           labelled=labels is not None)
+    return _pipeline.finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(images), **mixing)
 
 
 def _check_labels(labels, count, class_names):
@@ -223,6 +258,10 @@ def from_directory(
     batch_size=32,
     shuffle=False,
     augment=None,
+    rand_augment=None,
+    random_erasing=0.0,
+    mixup_alpha=0.0,
+    cutmix_alpha=0.0,
     seed=None,
     validation_split=None,
     subset=None,
@@ -273,8 +312,8 @@ def from_directory(
         labels_fraction: None or a float in (0, 1]: keep a seeded,
             stratified share of the files listed (of `subset`, after the
             split), as in `from_arrays`.
-        image_size, channels, batch_size, shuffle, augment: as in
-            `from_arrays`.
+        image_size, channels, batch_size, shuffle, augment, rand_augment,
+            random_erasing, mixup_alpha, cutmix_alpha: as in `from_arrays`.
 
     Returns:
         A `tf.data.Dataset` of `(images, labels)`: images float32
@@ -294,10 +333,10 @@ def from_directory(
     """
     import keras
 
-    _check_channels_last("from_directory")
+    _pipeline.check_channels_last("from_directory")
     if not os.path.isdir(directory):
         raise ValueError(f"`directory` must be an existing folder. Received: directory={directory!r}")
-    size = _check_pipeline_args(image_size, channels, batch_size, augment, seed)
+    size = _pipeline.check_pipeline_args(image_size, channels, batch_size, augment, seed)
     found = _count_images(directory)
     if found == 0:
         raise ValueError(
@@ -335,7 +374,9 @@ def from_directory(
     files = tf.data.Dataset.from_tensor_slices(((paths, np.array(gif_flags, "int32")), np.array(labels, "int32")))
     decode = _read_image if max(gif_flags, default=-1) >= 0 else lambda path, gif_flag: _read_image(path, None)
     _check_decodable(paths, gif_flags, decode)
-    ds = _finish(files, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(paths), decode)
+    mixing = _pipeline.augmentations(rand_augment, random_erasing, mixup_alpha, cutmix_alpha, class_names)
+    ds = _pipeline.finish(files, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(paths), decode,
+                 **mixing)
     ds.file_paths = paths
     return ds
 
@@ -361,6 +402,10 @@ def from_tfds(
     batch_size=32,
     shuffle=False,
     augment=None,
+    rand_augment=None,
+    random_erasing=0.0,
+    mixup_alpha=0.0,
+    cutmix_alpha=0.0,
     seed=None,
     download=False,
     labels_fraction=None,
@@ -380,7 +425,8 @@ def from_tfds(
         labels_fraction: None or a float in (0, 1]: keep a seeded,
             stratified share of `split`, as in `from_arrays`. The split's
             labels are read once to choose it (the images undecoded).
-        image_size, channels, batch_size, shuffle, augment, seed: as in
+        image_size, channels, batch_size, shuffle, augment, rand_augment,
+            random_erasing, mixup_alpha, cutmix_alpha, seed: as in
             `from_arrays`.
 
     Returns:
@@ -396,8 +442,10 @@ def from_tfds(
             data set, split and folder. A `labels_fraction` that leaves a
             class with no image.
     """
-    _check_channels_last("from_tfds")
-    _check_pipeline_args(image_size, channels, batch_size, augment, seed)
+    _pipeline.check_channels_last("from_tfds")
+    _pipeline.check_pipeline_args(image_size, channels, batch_size, augment, seed)
+    augment_args = (rand_augment, random_erasing, mixup_alpha, cutmix_alpha)
+    augmentation.check_augmentation(rand_augment=rand_augment, random_erasing=random_erasing)  # the rest once the classes are known
     import tensorflow_datasets as tfds
 
     try:
@@ -417,6 +465,7 @@ def from_tfds(
         count = int(raw.cardinality())
     except (TypeError, ValueError):
         pass
+    mixing = _pipeline.augmentations(*augment_args, class_names)
     ds = raw.map(lambda x, y: (x, tf.cast(y, tf.int32)))
     if labels_fraction is not None:
         undecoded = tfds.load(name, split=split, data_dir=data_dir, as_supervised=True, download=False,
@@ -428,139 +477,4 @@ def from_tfds(
         count = int(np.sum(keep.numpy()))
         ds = ds.enumerate().filter(lambda i, element: keep[i]).map(lambda i, element: element)
         ds = ds.apply(tf.data.experimental.assert_cardinality(count))  # a filter's is unknown; fit needs it
-    return _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, count)
-
-
-def _size_pair(image_size):
-    pair = image_size
-    if isinstance(image_size, int) and not isinstance(image_size, bool):
-        pair = (image_size, image_size)
-    try:
-        height, width = pair
-        check_positive_int("image_size", height)
-        check_positive_int("image_size", width)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"`image_size` must be a positive int or a (height, width) pair. Received: image_size={image_size!r}"
-        ) from None
-    return int(height), int(width)
-
-
-def _augment(image, augment, key, height, width, channels):
-    """Stateless augmentation of one `(height, width, channels)` image in [0, 255], seeded by `key`.
-
-    TensorFlow ops only: tf.data traces this as a TensorFlow graph whatever the Keras backend is (`keras.ops`
-    would be JAX's or PyTorch's there and fail on symbolic TensorFlow tensors)."""
-    seeds = tf.random.experimental.stateless_split(key, num=4)
-    if augment == "affine":
-        # Rotation up to +-0.03 turns (10.8 degrees) and zoom in [0.9, 1.1] about the centre.
-        angle = tf.random.stateless_uniform((), seeds[0], -0.03, 0.03) * 2.0 * np.pi
-        scale = tf.random.stateless_uniform((), seeds[1], 0.9, 1.1)
-        cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
-        a0, a1 = scale * tf.cos(angle), -scale * tf.sin(angle)
-        b0, b1 = scale * tf.sin(angle), scale * tf.cos(angle)
-        transform = tf.stack([a0, a1, cx - a0 * cx - a1 * cy, b0, b1, cy - b0 * cx - b1 * cy, 0.0, 0.0])
-        # The op keras.ops.image.affine_transform runs on the TensorFlow backend, with its arguments.
-        image = tf.raw_ops.ImageProjectiveTransformV3(
-            images=image[None], transforms=tf.cast(transform, tf.float32)[None], output_shape=[height, width],
-            fill_value=0.0, interpolation="BILINEAR", fill_mode="CONSTANT",
-        )[0]
-    pad_h, pad_w = int(round(height * 1.125)), int(round(width * 1.125))
-    image = tf.image.resize(image, (pad_h, pad_w), method="bilinear")
-    image = tf.image.stateless_random_crop(image, (height, width, channels), seed=seeds[2])
-    if augment == "crop_flip":
-        image = tf.image.stateless_random_flip_left_right(image, seed=seeds[3])
-    return image
-
-
-def _check_pipeline_args(image_size, channels, batch_size, augment, seed):
-    """Checks the arguments every pipeline shares; returns `image_size` as `(height, width)`."""
-    size = _size_pair(image_size)
-    check_choice("channels", channels, (1, 3))
-    check_positive_int("batch_size", batch_size)
-    check_choice("augment", augment, AUGMENTATIONS)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise ValueError(f"`seed` must be None or an int >= 0. Received: seed={seed!r}")
-    return size
-
-
-def _check_channels_last(function):
-    """Raises ValueError when the global Keras image data format is not channels_last."""
-    import keras
-
-    data_format = keras.config.image_data_format()
-    if data_format != "channels_last":
-        raise ValueError(
-            f"keras_vit.data.{function} yields channels-last batches (batch, height, width, channels), the only "
-            "layout keras_vit models read: keras_vit models are channels_last. Call "
-            "keras.config.set_image_data_format('channels_last') before building the pipeline. "
-            f"Received: keras.config.image_data_format()={data_format!r}"
-        )
-
-
-def _to_channels(image, channels):
-    """float32 `(height, width, c)`, c = 1 to 4 (grey, grey + alpha, RGB, RGBA) -> `(height, width, channels)`.
-
-    Drops alpha, repeats grey to RGB, and makes RGB grey with the ITU-R 601-2
-    luma (299 R + 587 G + 114 B) / 1000, PIL's `convert("L")` without its
-    rounding (exact for grey pixels R = G = B). `c` may be unknown until the
-    image is read (decoded files).
-    """
-
-    def from_colour():
-        rgb = image[..., :3]
-        if channels == 3:
-            return rgb
-        return (299.0 * rgb[..., :1] + 587.0 * rgb[..., 1:2] + 114.0 * rgb[..., 2:]) / 1000.0
-
-    def from_grey():
-        return tf.repeat(image[..., :1], channels, axis=-1)
-
-    if image.shape[-1] is not None:
-        return from_colour() if image.shape[-1] >= 3 else from_grey()
-    converted = tf.cond(tf.shape(image)[-1] >= 3, from_colour, from_grey)
-    return tf.ensure_shape(converted, [None, None, channels])
-
-
-def _finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, count, decode=None):
-    """Shuffle, (decode), convert, resize, augment, scale, batch and prefetch.
-
-    `decode`, if given, maps each element's image part (a tuple of its
-    arguments, e.g. a file name) to a float32 `(height, width, c)` image; it
-    runs after the shuffle, in the same parallel map as the rest.
-    """
-    height, width = _check_pipeline_args(image_size, channels, batch_size, augment, seed)
-
-    if shuffle:
-        buffer = count if count and count > 0 else 10_000
-        ds = ds.shuffle(min(buffer, 50_000), seed=seed, reshuffle_each_iteration=True)
-
-    def prepare(image, *label, key=None):
-        if decode is not None:
-            image = decode(*image)
-        image = tf.cast(image, tf.float32)
-        if image.shape.rank == 2:
-            image = image[..., None]
-        # Resize, then convert the channels: both are linear, so the order only changes the cost.
-        image = tf.image.resize(image, (height, width), method="bilinear", antialias=True)
-        image = _to_channels(image, channels)
-        if augment is not None:
-            image = _augment(image, augment, key, height, width, channels)
-        image = image / 127.5 - 1.0  # keras_vit.preprocess_input's scaling, in TensorFlow ops (see _augment)
-        return (image, *label) if label else image
-
-    if augment is None:
-        ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    else:
-        # Stateless random ops keyed by a seeded random stream (new keys each epoch): the augmentation
-        # is the same on every run with the same seed, even with parallel map calls.
-        keys = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
-        ds = tf.data.Dataset.zip((ds, keys)).map(
-            lambda element, key: prepare(*(element if isinstance(element, tuple) else (element,)), key=key),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
-    ds = ds.batch(batch_size, drop_remainder=False).prefetch(tf.data.AUTOTUNE)
-    ds.class_names = class_names
-    ds.num_examples = count
-    return ds
+    return _pipeline.finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, count, **mixing)
