@@ -5,56 +5,22 @@ Appendix B.1) and its reference code (google-research/vision_transformer,
 `train.py`, `configs/`): SGD with momentum 0.9 for fine-tuning or
 Adam(W) for training from scratch, linear warm-up then cosine decay to zero,
 gradient clipping at global norm 1, optional label smoothing, compiled with
-XLA (`jit_compile=True`), which this module checks really holds.
+XLA (`jit_compile=True`), which this module checks really holds. The loss
+and the accuracy (`keras_vit.losses`) take integer class indices and the
+soft labels of Mixup and CutMix alike.
 """
 
 import keras
 from keras import ops
 
 from keras_vit._backend import backend
+from keras_vit.losses import Accuracy, Crossentropy, SparseCategoricalCrossentropyWithSmoothing  # noqa: F401 (names here too)
 from keras_vit._validation import check_bool, check_choice, check_positive_int, check_rate
 
 OPTIMIZERS = ("sgd", "adamw")
 # Variables that AdamW's decoupled weight decay leaves alone (biases, LayerNorm
 # scales and offsets, the class token and position embeddings), as in timm and DeiT.
 NO_WEIGHT_DECAY = ("bias", "gamma", "beta", "class_token", "position_embedding")
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-class SparseCategoricalCrossentropyWithSmoothing(keras.losses.Loss):
-    """Cross-entropy on integer labels with label smoothing.
-
-    Keras' `SparseCategoricalCrossentropy` has no `label_smoothing`; this one
-    one-hot encodes the labels and calls `keras.losses.categorical_crossentropy`
-    with it (targets (1 - s) * one_hot + s / classes; Szegedy et al. 2016).
-
-    Args:
-        label_smoothing: float in [0, 1).
-        from_logits: bool, whether `y_pred` are logits (True) or
-            probabilities (False).
-
-    Inputs: `y_true` int `(batch,)` or `(batch, 1)` class indices;
-    `y_pred` float `(batch, classes)`. Output: per-example loss, reduced by
-    the usual Keras `reduction`.
-    """
-
-    def __init__(self, label_smoothing=0.0, from_logits=False, name="sparse_categorical_crossentropy_with_smoothing", **kwargs):
-        super().__init__(name=name, **kwargs)
-        check_rate("label_smoothing", label_smoothing)
-        self.label_smoothing = label_smoothing
-        self.from_logits = from_logits
-
-    def call(self, y_true, y_pred):
-        labels = ops.cast(ops.reshape(y_true, (-1,)), "int32")
-        one_hot = ops.one_hot(labels, ops.shape(y_pred)[-1], dtype=y_pred.dtype)
-        return keras.losses.categorical_crossentropy(
-            one_hot, y_pred, from_logits=self.from_logits, label_smoothing=self.label_smoothing
-        )
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"label_smoothing": self.label_smoothing, "from_logits": self.from_logits})
-        return config
 
 
 def learning_rate_schedule(learning_rate, total_steps, warmup_steps=0):
@@ -159,7 +125,10 @@ def compile_model(
             0.05. Must be 0 with "sgd" (the paper uses none for fine-tuning).
         momentum: float in [0, 1), SGD momentum, default 0.9.
         global_clipnorm: float > 0 or None, default 1.0.
-        label_smoothing: float in [0, 1), default 0.
+        label_smoothing: float in [0, 1), default 0: targets (1 - s) x
+            labels + s / classes (Szegedy et al. 2016; DeiT uses 0.1).
+            The loss is `keras_vit.losses.Crossentropy`, which takes int
+            labels `(batch,)` and Mixup / CutMix's float `(batch, classes)`.
         ema_momentum: None (default) or a float in [0, 1): keep an
             exponential moving average of the weights (Keras' optimizer
             `use_ema`) and write it into the model when `fit` ends; it
@@ -175,7 +144,10 @@ def compile_model(
             faster (XLA:CPU does not use the CPU's bfloat16 units);
             `keras_vit.distribute.choose_xla("auto", strategy, precision)`
             decides as `keras-vit-train --xla auto` does.
-        metrics: Keras metrics, default ("accuracy",).
+        metrics: Keras metrics, default ("accuracy",). "accuracy" (or
+            "acc") becomes `keras_vit.losses.Accuracy` (still named
+            "accuracy") on a head of more than one output, so that it reads
+            integer and soft labels alike.
 
     Returns:
         The same `model`, compiled.
@@ -232,10 +204,9 @@ def compile_model(
             schedule, weight_decay=weight_decay, beta_1=0.9, beta_2=0.999, global_clipnorm=global_clipnorm, **ema
         )
         opt.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
-    if label_smoothing:
-        loss = SparseCategoricalCrossentropyWithSmoothing(label_smoothing, from_logits=from_logits)
-    else:
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
+    loss = Crossentropy(label_smoothing, from_logits=from_logits)  # integer labels, and Mixup's soft ones
+    if _output_columns(model) != 1:  # Keras would fix "accuracy" to one label form at the first batch
+        metrics = [Accuracy() if m in ("accuracy", "acc") else m for m in metrics]
 
     if _computes_in_float16(model):
         # Wrapped here, not by Keras' compile: then the wrapper is part of the saved compile config, and
@@ -429,6 +400,15 @@ class SGD(_SavedWeightDecayExclusions, _ClipAfterAllReduce, keras.optimizers.SGD
     The same additions as `keras_vit.training.AdamW` (Keras' SGD takes a
     `weight_decay` too), to `keras.optimizers.SGD`'s arguments.
     """
+
+
+def _output_columns(model):
+    """The last dimension of the model's (first) output; None when the model has no symbolic outputs yet."""
+    try:
+        outputs = model.outputs
+    except (AttributeError, ValueError):  # a subclassed or not yet built model
+        return None
+    return outputs[0].shape[-1] if outputs else None
 
 
 def _head_gives_logits(model):

@@ -50,7 +50,7 @@ def test_compile_holds_xla_and_recipe(tiny_config):
     assert model.jit_compile is XLA_BY_DEFAULT
     opt = model.optimizer
     assert isinstance(opt, keras.optimizers.AdamW) and opt.global_clipnorm == 1.0
-    assert isinstance(model.loss, training.SparseCategoricalCrossentropyWithSmoothing) and model.loss.from_logits
+    assert isinstance(model.loss, training.Crossentropy) and model.loss.from_logits and model.loss.label_smoothing == 0.1
     sgd = VisionTransformer(**tiny_config)
     training.compile_model(sgd, total_steps=10, optimizer="sgd", weight_decay=0, jit_compile=False)
     assert isinstance(sgd.optimizer, keras.optimizers.SGD) and sgd.optimizer.momentum == 0.9
