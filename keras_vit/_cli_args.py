@@ -11,6 +11,7 @@ Python parameter names of the library's messages (`num_heads`,
 take (`add_data_arguments` ... `add_output_arguments`) are here too.
 """
 
+import argparse
 import sys
 
 from keras_vit import _cli
@@ -76,8 +77,51 @@ def add_model_arguments(parser):
     group.add_argument("--position-embedding", choices=POSITION_EMBEDDINGS, default=None,
                        help="position embeddings of the paper's Appendix D.4: learned (default, one 1D table), "
                        "learned_2d (X and Y tables), sincos_2d (fixed) or none")
-    group.add_argument("--dropout-rate", type=float, default=None, help="default 0")
-    group.add_argument("--stochastic-depth-rate", type=float, default=None, help="default 0")
+    group.add_argument("--dropout-rate", type=float, default=None, help="default 0 (keras-vit-train: the --recipe's)")
+    group.add_argument("--stochastic-depth-rate", type=float, default=None,
+                       help="default 0 (keras-vit-train: the --recipe's)")
+    return group
+
+
+def rand_augment_flag(text):
+    """`--rand-augment`'s type: "OPS,M" (e.g. "2,10") -> (2, 10.0); "none" -> "none" (off)."""
+    if text.strip().lower() == "none":
+        return "none"
+    try:
+        ops, magnitude = text.split(",")
+        return int(ops), float(magnitude)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected OPS,M (e.g. 2,10: two operations of magnitude 10) or none, not {text!r}") from None
+
+
+def add_recipe_arguments(parser):
+    """Adds --recipe and the augmentation flags that override its settings one by one; returns the group.
+
+    The recipes are `keras_vit.recipes.RECIPES`; a flag left out (None)
+    takes the recipe's value (`keras_vit.recipes.recipe`). --label-smoothing,
+    --dropout-rate and --stochastic-depth-rate are recipe settings too.
+    """
+    from keras_vit.recipes import RECIPES
+
+    group = parser.add_argument_group("recipe (augmentation and regularisation; each flag overrides the recipe's)")
+    group.add_argument("--recipe", choices=list(RECIPES), default="paper",
+                       help="settings together: paper (geometric augmentation only), augreg-light/-medium/-heavy "
+                       "(AugReg: RandAugment, Mixup, then dropout and stochastic depth), deit (RandAugment, Mixup, "
+                       "CutMix, random erasing, label smoothing, stochastic depth), mixup-smoothing (Mixup 0.2 and "
+                       "label smoothing 0.1 only: make demo's); docs/recipes.md (default: paper)")
+    group.add_argument("--rand-augment", type=rand_augment_flag, default=None, metavar="OPS,M|none",
+                       help="Keras' RandAugment: OPS operations (1-11) of magnitude M (0-30, RandAugment's scale; "
+                       "AugReg 10-20) per image (default: the recipe's)")
+    group.add_argument("--mixup-alpha", type=float, default=None,
+                       help="Keras' MixUp per batch, Beta(alpha, alpha); 0 is off (default: the recipe's)")
+    group.add_argument("--cutmix-alpha", type=float, default=None,
+                       help="Keras' CutMix per batch, alpha in [0, 1]; 0 is off; with --mixup-alpha each batch "
+                       "gets one of the two (default: the recipe's)")
+    group.add_argument("--random-erasing", type=float, default=None,
+                       help="probability of erasing a random rectangle of an image (Keras' RandomErasing) "
+                       "(default: the recipe's)")
+    group.add_argument("--label-smoothing", type=float, default=None, help="in [0, 1) (default: the recipe's)")
     return group
 
 

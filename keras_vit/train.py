@@ -28,6 +28,12 @@ building one (paper Sec. 3.2): with `--image-size` at another resolution
 head when its class count is the data's and otherwise putting a
 zero-initialised head on its pooled features.
 
+`--recipe NAME` sets augmentation and regularisation together
+(`keras_vit.recipes`: paper, augreg-light, augreg-medium, augreg-heavy,
+deit); each of its settings is also a flag of its own (--rand-augment,
+--mixup-alpha, --cutmix-alpha, --random-erasing, --label-smoothing,
+--dropout-rate, --stochastic-depth-rate), which wins over the recipe.
+
 `--labels-fraction F` trains on a stratified, seeded (`--seed`) share F of
 the training split (`keras_vit.data.stratified_subset`: each class keeps
 round(F x its count)); the held-out split is unchanged, and a fraction that
@@ -51,6 +57,7 @@ from keras_vit._cli_args import (  # noqa: F401 (DEFAULTS and the argument group
     add_data_arguments,
     add_model_arguments,
     add_output_arguments,
+    add_recipe_arguments,
     add_training_arguments,
     cli,
     require_tensorflow,
@@ -99,8 +106,8 @@ def build_parser():
     t = add_training_arguments(p, learning_rate=2e-3)
     t.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     t.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (0 for sgd)")
-    t.add_argument("--label-smoothing", type=float, default=0.0)
     t.add_argument("--ema-momentum", type=float, default=None, help="average the weights (e.g. 0.998); default: off")
+    add_recipe_arguments(p)
     add_output_arguments(p, "runs/train", "model.keras and the metrics")
     return _cli.complete_help(p)  # every flag's default in --help
 
@@ -162,8 +169,11 @@ def _check_model_flags(args):
             raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1). Received: {value}")
 
 
-def _load_data(args, image_size, batch_size):
-    """(training, held-out) pipelines of `keras_vit.data` for the data flags; --labels-fraction subsets the first."""
+def _load_data(args, image_size, batch_size, settings=None):
+    """(training, held-out) pipelines of `keras_vit.data` for the data flags; --labels-fraction subsets the first.
+
+    `settings` (a `keras_vit.recipes.recipe`) adds its RandAugment, random
+    erasing, Mixup and CutMix to the training pipeline."""
     from keras_vit import data
 
     common = {"image_size": image_size, "batch_size": batch_size, "seed": args.seed}
@@ -171,6 +181,8 @@ def _load_data(args, image_size, batch_size):
     augment = None if augment == "none" else augment
     fraction = getattr(args, "labels_fraction", 1.0)
     training = {"shuffle": True, "augment": augment, "labels_fraction": None if fraction == 1 else fraction}
+    if settings is not None:
+        training.update({k: settings[k] for k in ("rand_augment", "random_erasing", "mixup_alpha", "cutmix_alpha")})
     # keras_vit.data's errors name its parameters (labels_fraction=0.1 ...); the command line writes them as flags
     if args.image_folder:
         split = {"validation_split": args.validation_fraction, "directory": args.image_folder}
@@ -187,6 +199,13 @@ def _load_data(args, image_size, batch_size):
     else:
         val = data.digits("validation", **common)
     return train, val
+
+
+def _recipe_settings(args):
+    """`keras_vit.recipes.recipe(--recipe)` with the flags given in its place; ValueErrors name the flags."""
+    from keras_vit import recipes
+
+    return recipes.recipe(args.recipe, **{key: getattr(args, key) for key in recipes.SETTINGS})
 
 
 _ITERATORS_PER_EPOCH = 2  # keras/src/trainers/epoch_iterator.py: one at the end of an epoch, one at the start
@@ -352,6 +371,7 @@ def run(args):
         model_config, image_size = {}, pretrained.image_size
     else:
         model_config, image_size = _model_config(args)
+    settings = _recipe_settings(args)  # after the model flags' own checks
     out = args.output_dir
     model_path = os.path.join(out, "model.keras")
 
@@ -363,10 +383,14 @@ def run(args):
     strategy, chief, jit_compile = _start(args)
     saved = None
     if args.init_from is not None:
+        kept = [f"--{k.replace('_', '-')} {settings[k]}" for k in ("dropout_rate", "stochastic_depth_rate") if settings[k]]
+        if kept:
+            print(f"--init-from {args.init_from}: the saved model keeps its own dropout and stochastic depth; "
+                  f"--recipe {args.recipe}'s {', '.join(kept)} do not apply to it", file=sys.stderr)
         with strategy.scope():
             saved = _init_from.load_saved_model(args.init_from)
         image_size = _init_from.saved_image_size(saved, image_size, args.init_from)
-    train, val = _load_data(args, image_size, args.batch_size)
+    train, val = _load_data(args, image_size, args.batch_size, settings)
     if args.strategy != "default":
         train, val = distribute.shard(train), distribute.shard(val)
     classes = len(train.class_names)
@@ -377,8 +401,8 @@ def run(args):
         "input_shape": (image_size, image_size, 3),
         "classes": classes,
         "classifier_activation": None,
-        "dropout_rate": args.dropout_rate or 0.0,
-        "stochastic_depth_rate": args.stochastic_depth_rate or 0.0,
+        "dropout_rate": settings["dropout_rate"],
+        "stochastic_depth_rate": settings["stochastic_depth_rate"],
         "position_embedding": args.position_embedding or "learned",
     }
     steps_per_epoch = _steps_per_epoch(train)
@@ -405,7 +429,7 @@ def run(args):
             learning_rate=args.learning_rate,
             warmup_steps=int(warmup_epochs * steps_per_epoch),
             weight_decay=args.weight_decay,
-            label_smoothing=args.label_smoothing,
+            label_smoothing=settings["label_smoothing"],
             ema_momentum=args.ema_momentum,
             jit_compile=jit_compile,
         )
@@ -422,6 +446,8 @@ def run(args):
         "trainable_parameters": int(sum(int(np.prod(w.shape)) for w in model.trainable_weights)),
         "labels_fraction": args.labels_fraction,
         "num_train_images": num_train,
+        "recipe": args.recipe,
+        "recipe_settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
     }
     if not chief:
         return metrics

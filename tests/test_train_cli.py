@@ -179,8 +179,8 @@ def test_a_run_that_fails_in_its_first_step_leaves_no_run_file(tmp_path, monkeyp
 
     load = train._load_data
 
-    def failing(args, image_size, batch_size):  # the first batch fails inside fit, as a bad TFDS record would
-        good, val = load(args, image_size, batch_size)
+    def failing(args, image_size, batch_size, settings=None):  # the first batch fails inside fit, as a bad TFDS record would
+        good, val = load(args, image_size, batch_size, settings)
         bad = good.map(lambda x, y: (tf.debugging.check_numerics(x * float("nan"), "a bad record"), y))
         bad.class_names, bad.num_examples = good.class_names, good.num_examples
         return bad, val
