@@ -108,3 +108,27 @@ def test_profile_depth_has_help():
     with pytest.raises(SystemExit) as exit_info:
         main(["--help"])
     assert exit_info.value.code == 0
+
+
+def test_recipe_table_gives_mean_and_spread_per_model_and_recipe():
+    from benchmarks import recipes as bench
+
+    results = [{"model": m, "recipe": r, "seed": s, "epochs": 30, "accuracy": a, "epoch_seconds": t,
+                "parameters": 1000}
+               for m, r, s, a, t in [("vit-demo", "paper", 0, 0.90, 1.0), ("vit-demo", "paper", 1, 0.94, 1.2),
+                                     ("vit-demo", "mixup-smoothing", 0, 0.97, 1.4),
+                                     ("vit-demo", "mixup-smoothing", 1, 0.99, 1.6)]]
+    text = bench.table(results)
+    assert "| vit-demo | 1,000 | 92.00 +- 2.00 | 98.00 +- 1.00 | 1.10 / 1.50 |" in text
+    assert "seeds 0, 1; 30 epochs" in text
+
+
+def test_recipe_benchmark_trains_every_kind_of_model_for_an_epoch():
+    from benchmarks import recipes as bench
+    from keras_vit.recipes import recipe
+
+    for name in bench.MODELS:
+        model, size = bench.build(name, recipe("deit"))
+        assert model.output_shape == (None, 10) and model.input_shape == (None, size, size, 3)
+    result = bench.train_one("vit-demo", "mixup-smoothing", 0, 1)
+    assert 0.0 <= result["accuracy"] <= 1.0 and result["jit_compile"] and result["parameters"] == 803_210

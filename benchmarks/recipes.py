@@ -1,0 +1,224 @@
+"""The paper's small-data question, on digits: how much of a CNN's lead does a training recipe win back?
+
+`python -m benchmarks.recipes [--epochs 30] [--seeds 0 1 2] [--update-readme]` trains, from
+scratch on scikit-learn's digits (1,437 training scans, the fixed 360 held out), each model of
+`MODELS` with the recipes of `DEFAULT_RECIPES` (the hybrid and the CNN with `SHORT_LIST`'s), to
+keep the whole run near an hour on 2 CPU cores; `--all-recipes` trains every recipe of
+`keras_vit.recipes.RECIPES` on every model. Every run has the same number of epochs and the
+same optimizer (AdamW 2e-3, weight decay 0.05, 6% warm-up, cosine, clipping at norm 1: the
+`keras-vit-train` defaults) and batch 64, once per seed. The models:
+
+- `vit-demo`: `make demo`'s ViT (16 px, patch 4, 16 patches, hidden 128, 4 blocks, 0.8 M parameters);
+- `vit-ti-width`: ViT-Ti's width (hidden 192, 3 heads, MLP 768) with 4 blocks, 32 px, patch 8;
+- `hybrid`: a ResNet stem and two bottleneck stages (output stride 8) under `vit-demo`'s encoder,
+  32 px, 1x1 patches of the 4x4 feature map (paper Sec. 3.1);
+- `cnn`: `keras.applications.MobileNetV3Small` (no weights, 32 px, its preprocessing off: the
+  pipeline gives [-1, 1]).
+
+Every recipe keeps the pipeline's "affine" augmentation; dropout and stochastic depth apply to the
+ViTs only (MobileNetV3Small has neither in its blocks). Each run's result is cached in
+`runs/recipes/MODEL-RECIPE-sSEED.json` (a rerun skips it; `--fresh` trains again), so an
+interrupted run continues. The table gives the held-out accuracy's mean and standard deviation
+over the seeds, and the training time of one run. `--update-readme` puts it in
+benchmarks/README.md between the `recipes` markers.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import keras
+
+MODELS = ("vit-demo", "vit-ti-width", "hybrid", "cnn")
+# The hour the issue gives the whole run (2 CPU cores): four recipes on the two ViTs, two on the hybrid and the CNN;
+# --recipes and --all-recipes run the others (augreg-medium and -heavy, and every recipe on every model).
+DEFAULT_RECIPES = ("paper", "augreg-light", "deit", "mixup-smoothing")
+SHORT_LIST = ("paper", "mixup-smoothing")
+CACHE = os.path.join("runs", "recipes")
+BATCH_SIZE = 64
+LEARNING_RATE = 2e-3
+
+
+def build(name, settings, classes=10):
+    """The model `name` of `MODELS` (logits out) and its input size in pixels."""
+    import keras_vit
+
+    regularisation = {"dropout_rate": settings["dropout_rate"],
+                      "stochastic_depth_rate": settings["stochastic_depth_rate"]}
+    common = {"classes": classes, "classifier_activation": None, **regularisation}
+    if name == "vit-demo":
+        return keras_vit.VisionTransformer(input_shape=(16, 16, 3), patch_size=4, hidden_size=128, num_layers=4,
+                                           num_heads=4, mlp_dim=512, name="vit_demo", **common), 16
+    if name == "vit-ti-width":
+        return keras_vit.VisionTransformer(input_shape=(32, 32, 3), patch_size=8, hidden_size=192, num_layers=4,
+                                           num_heads=3, mlp_dim=768, name="vit_ti_width", **common), 32
+    if name == "hybrid":
+        return keras_vit.VisionTransformer(input_shape=(32, 32, 3), patch_size=1, hidden_size=128, num_layers=4,
+                                           num_heads=4, mlp_dim=512, resnet_num_layers=(1, 1), name="hybrid",
+                                           **common), 32
+    if name == "cnn":
+        return keras.applications.MobileNetV3Small(input_shape=(32, 32, 3), weights=None, classes=classes,
+                                                   include_preprocessing=False, classifier_activation=None), 32
+    raise ValueError(f"`model` must be one of {', '.join(MODELS)}. Received: {name!r}")
+
+
+def train_one(model_name, recipe_name, seed, epochs):
+    """Trains one model with one recipe and seed; returns its result dict (accuracy, seconds, parameters)."""
+    from keras_vit import data, recipes, training
+
+    settings = recipes.recipe(recipe_name)
+    keras.utils.set_random_seed(seed)
+    model, size = build(model_name, settings)
+    augmentation = {k: settings[k] for k in ("rand_augment", "random_erasing", "mixup_alpha", "cutmix_alpha")}
+    train = data.digits("train", image_size=size, batch_size=BATCH_SIZE, augment="affine", seed=seed, **augmentation)
+    val = data.digits("validation", image_size=size, batch_size=BATCH_SIZE)
+    steps = int(train.cardinality())
+    training.compile_model(model, total_steps=epochs * steps, learning_rate=LEARNING_RATE,
+                           warmup_steps=int(0.06 * epochs * steps), label_smoothing=settings["label_smoothing"],
+                           from_logits=True)
+    clock = _EpochClock()
+    start = time.perf_counter()
+    model.fit(train, epochs=epochs, verbose=0, shuffle=False, callbacks=[clock])
+    seconds = time.perf_counter() - start
+    results = model.evaluate(val, verbose=0, return_dict=True)
+    return {"model": model_name, "recipe": recipe_name, "seed": seed, "epochs": epochs,
+            "accuracy": float(results["accuracy"]), "train_seconds": seconds,
+            "epoch_seconds": clock.median(), "parameters": int(model.count_params()),
+            "jit_compile": bool(model.jit_compile)}
+
+
+class _EpochClock(keras.callbacks.Callback):
+    """Times each epoch; `median()` of those after the first (which compiles the step)."""
+
+    def __init__(self):
+        super().__init__()
+        self.times, self._start = [], None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.times.append(time.perf_counter() - self._start)
+
+    def median(self):
+        import numpy as np
+
+        return float(np.median(self.times[1:] or self.times))
+
+
+def recipes_for(model_name, recipe_names, every=False):
+    """The recipes `model_name` is trained with: all of `recipe_names` for the ViTs (and for every model when
+    `every`), those of `SHORT_LIST` for the hybrid and the CNN (their XLA compilation alone takes about half a
+    minute a run here)."""
+    if model_name in ("hybrid", "cnn") and not every:
+        return [r for r in recipe_names if r in SHORT_LIST]
+    return list(recipe_names)
+
+
+def run_all(models, recipe_names, seeds, epochs, fresh=False, every=False):
+    """Every (model, recipe, seed) once, each in a fresh process so that no run's state leaks into the next;
+    results read from and written to `CACHE`. Returns the list of result dicts."""
+    import subprocess
+
+    os.makedirs(CACHE, exist_ok=True)
+    results = []
+    for seed in seeds:
+        for model_name in models:
+            for recipe_name in recipes_for(model_name, recipe_names, every):
+                path = os.path.join(CACHE, f"{model_name}-{recipe_name}-s{seed}.json")
+                cached = _read(path)
+                if fresh or cached is None or cached.get("epochs") != epochs:
+                    subprocess.run([sys.executable, "-m", "benchmarks.recipes", "--one", model_name, recipe_name,
+                                    str(seed), "--epochs", str(epochs)], check=True,
+                                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")})
+                    cached = _read(path)
+                print(f"{model_name:13s} {recipe_name:14s} seed {seed}: {cached['accuracy']:.4f} "
+                      f"({cached['train_seconds']:.0f} s)", flush=True)
+                results.append(cached)
+    return results
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def table(results):
+    """The markdown table: one row per model, one column per recipe, mean +- std of the seeds' accuracy (%)."""
+    import numpy as np
+
+    models = list(dict.fromkeys(r["model"] for r in results))
+    recipe_names = list(dict.fromkeys(r["recipe"] for r in results))
+    seeds = sorted({r["seed"] for r in results})
+    lines = [f"Held-out accuracy (%) on digits' 360 held-out scans, mean +- standard deviation over seeds "
+             f"{', '.join(map(str, seeds))}; {results[0]['epochs']} epochs, batch {BATCH_SIZE}, AdamW "
+             f"{LEARNING_RATE:g}, from scratch; the last columns: seconds per epoch (median over epochs "
+             f"after the first and over seeds) with three recipes.", "",
+             "| model | parameters | " + " | ".join(recipe_names) + " | s/epoch: " + " / ".join(SHORT_LIST) + " |",
+             "|---|---|" + "---|" * len(recipe_names) + "---|"]
+    for model in models:
+        rows = [r for r in results if r["model"] == model]
+        cells = []
+        for name in recipe_names:
+            acc = np.array([r["accuracy"] for r in rows if r["recipe"] == name]) * 100
+            cells.append(f"{acc.mean():.2f} +- {acc.std():.2f}" if len(acc) else "-")
+        times = [np.median([r["epoch_seconds"] for r in rows if r["recipe"] == name] or [np.nan])
+                 for name in SHORT_LIST]
+        lines.append(f"| {model} | {rows[0]['parameters']:,} | " + " | ".join(cells)
+                     + " | " + " / ".join(f"{t:.2f}" for t in times) + " |")
+    return "\n".join(lines)
+
+
+def update_readme(text, path=os.path.join(os.path.dirname(__file__), "README.md")):
+    """Puts `text` between `<!-- recipes:begin -->` and `<!-- recipes:end -->` in `path` (appended if absent)."""
+    with open(path) as f:
+        readme = f.read()
+    begin, end = "<!-- recipes:begin -->", "<!-- recipes:end -->"
+    block = f"{begin}\n{text}\n{end}"
+    if begin in readme and end in readme:
+        readme = readme[:readme.index(begin)] + block + readme[readme.index(end) + len(end):]
+    else:
+        readme = readme.rstrip() + "\n\n" + block + "\n"
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(readme)
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    from keras_vit.recipes import RECIPES
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.recipes", description=__doc__.split("\n")[0])
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--recipes", nargs="+", choices=list(RECIPES), default=list(DEFAULT_RECIPES))
+    parser.add_argument("--all-recipes", action="store_true", help="every recipe on every model (hours)")
+    parser.add_argument("--fresh", action="store_true", help="train again even where a cached result exists")
+    parser.add_argument("--update-readme", action="store_true")
+    parser.add_argument("--one", nargs=3, metavar=("MODEL", "RECIPE", "SEED"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        model_name, recipe_name, seed = args.one
+        result = train_one(model_name, recipe_name, int(seed), args.epochs)
+        path = os.path.join(CACHE, f"{model_name}-{recipe_name}-s{seed}.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(path + ".tmp", path)
+        return 0
+    recipe_names = list(RECIPES) if args.all_recipes else args.recipes
+    results = run_all(args.models, recipe_names, args.seeds, args.epochs, args.fresh, every=args.all_recipes)
+    text = table(results)
+    print(text)
+    if args.update_readme:
+        update_readme(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
