@@ -270,3 +270,17 @@ def test_keras_vit_export_takes_a_model_trained_on_jax(workdir, tmp_path):
     assert {"saved_model", "model_float32.tflite", "model_dynamic_int8.tflite", "model.onnx"} <= set(artifacts)
     assert all(a["passed"] for a in artifacts.values()), artifacts
     assert artifacts["model_float32.tflite"]["decisive_top1_agreement"] == 1.0
+
+
+@pytest.mark.parametrize("backend", OTHERS)
+def test_deit_recipe_trains_on_other_backends(backend, tmp_path):
+    """Keras' augmentation layers in the tf.data pipeline (TensorFlow ops) feed a JAX or PyTorch train step."""
+    out = tmp_path / "run"
+    result = _run("from keras_vit.train import main; main()", backend, "--output-dir", str(out), "--recipe", "deit",
+                  "--image-size", "16", "--patch-size", "4", "--hidden-size", "32", "--num-layers", "1",
+                  "--num-heads", "2", "--mlp-dim", "32", "--epochs", "1", "--warmup-epochs", "0", "--verbose", "0",
+                  timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["backend"] == backend and metrics["recipe"] == "deit" and 0 <= metrics["accuracy"] <= 1
+    assert metrics["jit_compile"] is (backend == "jax")
