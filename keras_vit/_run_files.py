@@ -149,3 +149,49 @@ def _check_resumable(backup_dir, args):
             + ", ".join(f"--{k.replace('_', '-')} {saved.get(k)!r} then, {config.get(k)!r} now" for k in changed[:4])
             + "): rerun that command to resume it, or delete the folder to start afresh"
         )
+
+
+def backup_callback(backup_dir, save_freq):
+    """`keras.callbacks.BackupAndRestore` (double checkpoint, deleted at the end) that also keeps the model's random
+    state, so that a resumed run's dropout and stochastic-depth masks are an uninterrupted run's.
+
+    Keras 3.15 saves the weights and the optimizer but not the states of the layers' `SeedGenerator`s (dropout,
+    DropPath): a resumed run drew its masks from the start again and ended at other weights (docs/traps.md).
+    Here the states go into the backup's `training_metadata.json` (`"seed_states"`), which the double checkpoint
+    copies with the weights, and come back when the backup is restored.
+
+    Args:
+        backup_dir: str, the backup folder.
+        save_freq: "epoch" or an int, steps between backups.
+
+    Returns:
+        The callback.
+    """
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    def seed_generators(model):
+        return [g for layer in model._flatten_layers(include_self=True) for g in getattr(layer, "_seed_generators", [])]
+
+    class BackupAndRestore(keras.callbacks.BackupAndRestore):
+        def _save_model(self):
+            super()._save_model()
+            with tf.io.gfile.GFile(self._training_metadata_path, "r") as f:
+                metadata = json.loads(f.read())
+            metadata["seed_states"] = [np.asarray(g.state.value).tolist() for g in seed_generators(self.model)]
+            with tf.io.gfile.GFile(self._training_metadata_path, "w") as f:
+                f.write(json.dumps(metadata))
+
+        def _load_model(self):
+            super()._load_model()
+            if not tf.io.gfile.exists(self._training_metadata_path):
+                return
+            with tf.io.gfile.GFile(self._training_metadata_path, "r") as f:
+                states = json.loads(f.read()).get("seed_states")
+            generators = seed_generators(self.model)
+            if states is not None and len(states) == len(generators):
+                for generator, state in zip(generators, states):
+                    generator.state.assign(np.asarray(state, dtype=generator.state.dtype))
+
+    return BackupAndRestore(backup_dir, save_freq=save_freq, double_checkpoint=True, delete_checkpoint=True)

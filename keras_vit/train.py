@@ -51,7 +51,7 @@ import os
 import sys
 import time
 
-from keras_vit import _cli, _files, _init_from, _train_weights
+from keras_vit import _cli, _files, _init_from, _run_files, _train_weights
 from keras_vit._cli_args import (  # noqa: F401 (DEFAULTS and the argument groups are keras_vit.train's names too)
     DEFAULTS,
     add_data_arguments,
@@ -286,8 +286,6 @@ def _steps_per_epoch(train):
 
 def _fit(model, train, val, args, strategy, chief):
     """`model.fit` for `args.epochs` with a resumable backup (BackupAndRestore); returns (history dict, seconds)."""
-    import keras
-
     from keras_vit import distribute
 
     distribute.prepare_fit(model, train, strategy)
@@ -296,9 +294,7 @@ def _fit(model, train, val, args, strategy, chief):
     backup_dir = args.backup_dir or os.path.join(out, "backup")
     if not chief:  # each worker keeps its own state; only the chief writes the outputs
         backup_dir = os.path.join(backup_dir, f"worker_{distribute.cluster_spec()['task']['index']}")
-    backup = keras.callbacks.BackupAndRestore(
-        backup_dir, save_freq=args.backup_every or "epoch", double_checkpoint=True, delete_checkpoint=True
-    )
+    backup = _run_files.backup_callback(backup_dir, args.backup_every or "epoch")  # random state kept too
     # A resumed run restarts at the epoch it was in; advance the pipeline's reshuffling to that epoch, so that
     # it sees the same images in the same order as an uninterrupted run. Creating an iterator is what moves a
     # tf.data reshuffle on (no data is read), and Keras 3.15's fit creates two per epoch (docs/traps.md).

@@ -61,7 +61,9 @@ def test_tpu_strategy_without_a_tpu_is_a_clear_error():
 
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
-    args = ["--epochs", "4", "--batch-size", "16"]
+    # With the deit recipe: RandAugment, erasing, Mixup and CutMix are replayed, and stochastic depth draws the
+    # masks of an uninterrupted run (its seed states are in the backup: keras_vit._run_files.backup_callback).
+    args = ["--epochs", "4", "--batch-size", "16", "--recipe", "deit"]
     assert _train(tmp_path / "whole", *args).returncode == 0
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "keras_vit.train", "--output-dir", str(out), *TINY, *args]
@@ -87,7 +89,7 @@ def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
     assert not (out / "model.keras").exists()
     assert json.loads(metadata.read_text())["epoch"] in (2, 3)
     assert json.loads((out / "backup" / "run.json").read_text())["epochs"] == 4  # the flags the backup belongs to
-    other = _train(out, "--epochs", "4", "--batch-size", "16", "--seed", "7")  # another command: refused, kept
+    other = _train(out, *args, "--seed", "7")  # another command: refused, kept
     assert other.returncode == 2 and "holds the backup of an interrupted run of another command (--seed 0 then, " \
         "7 now): rerun that command to resume it" in other.stderr, other.stderr[-3000:]
     resumed = _train(out, *args)
