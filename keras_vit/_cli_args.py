@@ -114,13 +114,14 @@ def add_recipe_arguments(parser):
                        help="Keras' RandAugment: OPS operations (1-11) of magnitude M (0-30, RandAugment's scale; "
                        "AugReg 10-20) per image (default: the recipe's)")
     group.add_argument("--mixup-alpha", type=float, default=None,
-                       help="Keras' MixUp per batch, Beta(alpha, alpha); 0 is off (default: the recipe's)")
+                       help="Keras' MixUp per batch, Beta(alpha, alpha), alpha in [0, 10]; 0 is off "
+                       "(default: the recipe's)")
     group.add_argument("--cutmix-alpha", type=float, default=None,
                        help="Keras' CutMix per batch, alpha in [0, 1]; 0 is off; with --mixup-alpha each batch "
                        "gets one of the two (default: the recipe's)")
     group.add_argument("--random-erasing", type=float, default=None,
-                       help="probability of erasing a random rectangle of an image (Keras' RandomErasing) "
-                       "(default: the recipe's)")
+                       help="probability in [0, 1] of erasing a random rectangle of an image (Keras' "
+                       "RandomErasing) (default: the recipe's)")
     group.add_argument("--label-smoothing", type=float, default=None, help="in [0, 1) (default: the recipe's)")
     return group
 

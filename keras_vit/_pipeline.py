@@ -83,7 +83,13 @@ def _to_channels(image, channels):
 def augmentations(rand_augment, random_erasing, mixup_alpha, cutmix_alpha, class_names, labels=(), labelled=True):
     """`finish`'s `per_image` and `per_batch` functions (`keras_vit.augmentation`); checks the four arguments.
 
-    The class count is `len(class_names)`, else (arrays) the largest label + 1."""
+    The class count (the one-hot labels' width) is `len(class_names)`, else
+    (arrays) the largest label + 1.
+
+    Raises:
+        ValueError: an argument out of range, Mixup / CutMix with fewer than
+            2 classes, or on images without labels.
+    """
     classes = len(class_names) if class_names is not None else None
     if classes is None and labels is not None and len(labels):
         classes = int(np.max(labels)) + 1
@@ -91,7 +97,7 @@ def augmentations(rand_augment, random_erasing, mixup_alpha, cutmix_alpha, class
         raise ValueError(f"`mixup_alpha` and `cutmix_alpha` mix labels, and the images have none (labels=None). "
                          f"Received: mixup_alpha={mixup_alpha!r}, cutmix_alpha={cutmix_alpha!r}")
     augmentation.check_augmentation(rand_augment=rand_augment, random_erasing=random_erasing,
-                                    mixup_alpha=mixup_alpha, cutmix_alpha=cutmix_alpha, classes=classes)
+                                    mixup_alpha=mixup_alpha, cutmix_alpha=cutmix_alpha, classes=classes or 0)
     return {"per_image": augmentation.image_augmentation(rand_augment, random_erasing),
             "per_batch": augmentation.batch_mixing(mixup_alpha, cutmix_alpha, classes)}
 

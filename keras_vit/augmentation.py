@@ -28,14 +28,13 @@ scaling to [-1, 1] (both mixes are linear, so the range does not matter):
 Magnitudes: RandAugment's `magnitude` is the RandAugment paper's M, on the
 scale on which AugReg's `randaug(2, 10)` / `randaug(2, 15)` /
 `randaug(2, 20)` and DeiT's `rand-m9` are written (10 = the largest
-distortion of AutoAugment's table: rotations of up to 30 degrees), in
-[0, 30]. Keras' layer takes one `factor` for all its operations, as a
-fraction of a full turn for rotations, of the side for translations;
-`factor = magnitude / 120` makes M = 10 rotate by up to 30 degrees, as in
-the papers' code. Keras' own posterization keeps `max(1, int(8 x factor))`
-bits, so that small magnitudes would posterize hardest (Keras 3.15;
-docs/traps.md); its posterization here keeps `posterize_bits(M)` bits
-instead, 4 at M = 10, as in the papers.
+distortion of AutoAugment's table), in [0, 30]. Keras' layer takes one
+`factor` for all its operations and gives most of them a one-sided range
+(Keras 3.15; docs/traps.md); here its operations get the symmetric ranges
+of AutoAugment's table at level M / 10: rotations of up to +-30 degrees,
+shears of 0.3, translations of 45% of the side at M = 10
+(`rand_augment_layer` has the whole list), and posterization keeps
+`posterize_bits(M)` bits, 4 at M = 10.
 
 Seeds: Keras' layers draw from a `keras.random.SeedGenerator`, a variable
 that each call advances. In a parallel `tf.data` map the calls run in no
@@ -56,6 +55,8 @@ from keras_vit._backend import tensorflow
 tf = tensorflow("keras_vit.augmentation (tf.data augmentation)")
 
 import functools  # noqa: E402
+import math  # noqa: E402
+import numbers  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -69,6 +70,9 @@ MAX_OPS = 11  # the operations of keras.layers.RandAugment
 SWITCH_PROBABILITY = 0.5  # with both Mixup and CutMix: the chance that a batch gets CutMix (timm's switch_prob)
 
 
+MAX_MIXUP_ALPHA = 10.0  # Beta(alpha, alpha) is a near-constant 1/2 long before; huge values overflow to NaN
+
+
 def check_augmentation(*, rand_augment=None, random_erasing=0.0, mixup_alpha=0.0, cutmix_alpha=0.0, classes=None):
     """Checks the augmentation arguments of `keras_vit.data`'s pipelines; returns `rand_augment` as a tuple or None.
 
@@ -77,25 +81,26 @@ def check_augmentation(*, rand_augment=None, random_erasing=0.0, mixup_alpha=0.0
             in [1, 11], magnitude a number in [0, 30] (module doc).
         random_erasing: float in [0, 1], the probability of erasing a
             rectangle of an image; 0 (default) is off.
-        mixup_alpha: float >= 0, Mixup's Beta(alpha, alpha); 0 (default)
-            is off.
-        cutmix_alpha: float in [0, 1], CutMix's Beta(alpha, alpha) (Keras'
-            `CutMix` takes alpha up to 1); 0 (default) is off.
-        classes: int or None, the number of classes; Mixup and CutMix need
-            at least 2.
+        mixup_alpha: float in [0, 10], Mixup's Beta(alpha, alpha); 0
+            (default) is off (the papers use 0.2 to 0.8).
+        cutmix_alpha: float in [0, 1], CutMix's Beta(alpha, alpha); 0
+            (default) is off. Keras' `CutMix` takes no alpha above 1 (its
+            `factor` bounds); DeiT's is 1.
+        classes: None (not known yet: the ranges only are checked) or the
+            int number of classes; Mixup and CutMix need at least 2.
 
     Returns:
         `(num_ops, magnitude)` or None.
 
     Raises:
-        ValueError: an argument out of its range, or Mixup / CutMix with
-            fewer than two classes or with no class count known; the
-            message names the argument.
+        ValueError: an argument out of its range (NaN and infinity too),
+            or Mixup / CutMix with fewer than two classes; the message
+            names the argument.
     """
     if rand_augment is not None:
         try:
-            num_ops, magnitude = rand_augment
-        except (TypeError, ValueError):
+            num_ops, magnitude = rand_augment if isinstance(rand_augment, (tuple, list)) else (None, None)
+        except ValueError:
             num_ops = magnitude = None
         if not (is_int(num_ops) and 1 <= num_ops <= MAX_OPS and _is_number(magnitude)
                 and 0 <= magnitude <= MAX_MAGNITUDE):
@@ -107,23 +112,25 @@ def check_augmentation(*, rand_augment=None, random_erasing=0.0, mixup_alpha=0.0
         rand_augment = (int(num_ops), float(magnitude))
     if not (_is_number(random_erasing) and 0 <= random_erasing <= 1):
         raise ValueError(f"`random_erasing` must be a probability in [0, 1]. Received: random_erasing={random_erasing!r}")
-    if not (_is_number(mixup_alpha) and mixup_alpha >= 0):
-        raise ValueError(f"`mixup_alpha` must be a number >= 0 (0: no Mixup). Received: mixup_alpha={mixup_alpha!r}")
+    if not (_is_number(mixup_alpha) and 0 <= mixup_alpha <= MAX_MIXUP_ALPHA):
+        raise ValueError(f"`mixup_alpha` must be a number in [0, {MAX_MIXUP_ALPHA:g}] (0: no Mixup). "
+                         f"Received: mixup_alpha={mixup_alpha!r}")
     if not (_is_number(cutmix_alpha) and 0 <= cutmix_alpha <= 1):
         raise ValueError(
             f"`cutmix_alpha` must be a number in [0, 1] (0: no CutMix). Received: cutmix_alpha={cutmix_alpha!r}"
         )
     for name, alpha in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):
-        if alpha and (classes is None or classes < 2):
+        if alpha and classes is not None and classes < 2:
             raise ValueError(
-                f"`{name}` mixes the labels of two classes: the data need at least 2 classes (and, for arrays, "
-                f"`class_names`). Received: {name}={alpha!r} with {classes or 'no known number of'} classes"
+                f"`{name}` mixes the labels of two classes, and the data hold {classes} "
+                f"class{'' if classes == 1 else 'es'}. Received: {name}={alpha!r}"
             )
     return rand_augment
 
 
 def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite real number (Python's or NumPy's), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)
 
 
 class _KeySeeds(keras.random.SeedGenerator):
@@ -257,9 +264,21 @@ def posterize_bits(magnitude):
 def rand_augment_layer(num_ops, magnitude):
     """Keras' `RandAugment` for pixels in [0, 255] at RandAugment's magnitude M, drawing from per-call keys.
 
-    Its factor is `magnitude / 120` and its posterization keeps
-    `posterize_bits(magnitude)` bits (module doc). Call it through
-    `image_augmentation`, which gives it its keys.
+    Keras 3.15's `RandAugment` gives its geometric and colour operations the
+    pair `(0, factor)`, which `RandomRotation`, `RandomTranslation`,
+    `RandomShear`, `RandomBrightness` and `RandomContrast` read as (lower,
+    upper): rotations only one way, translations only down and right,
+    brightness and contrast only up, and all of them on one scale
+    (docs/traps.md). Here those sublayers are Keras' own, made with the
+    symmetric ranges of AutoAugment's table at level m = M / 10 (its level
+    10 is the largest): rotation +-30 m degrees, shear +-0.3 m, translation
+    +-0.45 m of the side (at most 1), contrast factor 1 +- 0.9 m (at most
+    1 +- 1), brightness +-0.3 m of the range; colour degeneration and
+    sharpness blend by up to 0.9 m (at most 1); posterization keeps
+    `posterize_bits(M)` bits. Solarization, auto contrast and equalization
+    are Keras' (factor M / 120). Each strength is drawn uniformly within its
+    range, for each image. Call it through `image_augmentation`, which gives
+    it its keys.
 
     Args:
         num_ops: int in [1, 11].
@@ -270,9 +289,25 @@ def rand_augment_layer(num_ops, magnitude):
     """
     layer = _keyed(keras.layers.RandAugment, base=_ChosenOperationsOnly, value_range=(0, 255), num_ops=num_ops,
                    factor=magnitude * MAGNITUDE_TO_FACTOR)
+    level = magnitude / 10.0
+    pixels = {"value_range": (0, 255)}
+    geometry = {"interpolation": "bilinear"}
+    # Set before the layer is built (Keras' tracking allows it until then); each is a Keras layer, made as a user
+    # of that layer would make it (a single factor: a symmetric range).
+    layer.random_rotation = keras.layers.RandomRotation(factor=30.0 * level / 360.0, **geometry)
+    layer.random_shear = keras.layers.RandomShear(x_factor=min(1.0, 0.3 * level), y_factor=min(1.0, 0.3 * level),
+                                                  **geometry)
+    layer.random_translation = keras.layers.RandomTranslation(height_factor=min(1.0, 0.45 * level),
+                                                              width_factor=min(1.0, 0.45 * level), **geometry)
+    contrast = min(1.0, 0.9 * level)  # as a pair: Keras reads a single contrast factor f as [1, 1 + f]
+    layer.random_contrast = keras.layers.RandomContrast(factor=(contrast, contrast), **pixels)
+    layer.random_brightness = keras.layers.RandomBrightness(factor=min(1.0, 0.3 * level), **pixels)
+    layer.random_color_degeneration = keras.layers.RandomColorDegeneration(factor=(0.0, min(1.0, 0.9 * level)),
+                                                                           **pixels)
+    layer.random_sharpness = keras.layers.RandomSharpness(factor=(0.0, min(1.0, 0.9 * level)), **pixels)
     # Keras keeps max(1, int(8 x factor)) bits: 1 bit (the hardest) for every factor below 1/4 (docs/traps.md).
     bits = posterize_bits(magnitude)
-    layer.random_posterization = keras.layers.RandomPosterization(factor=(bits, bits), value_range=(0, 255))
+    layer.random_posterization = keras.layers.RandomPosterization(factor=(bits, bits), **pixels)
     return layer
 
 

@@ -173,8 +173,11 @@ def from_arrays(
             (2, 20); DeiT: (2, 9)); see `keras_vit.augmentation`.
         random_erasing: float in [0, 1], default 0: the probability of
             erasing a random rectangle of an image (Keras' `RandomErasing`).
-        mixup_alpha: float >= 0, default 0 (off): Keras' `MixUp` on each
-            batch, weights ~ Beta(alpha, alpha). Labels become one-hot.
+        mixup_alpha: float in [0, 10], default 0 (off): Keras' `MixUp` on
+            each batch, weights ~ Beta(alpha, alpha). Labels become one-hot
+            rows of `len(class_names)` classes, or of the largest label + 1
+            without `class_names` (give `class_names` when a class may be
+            missing from `labels`).
         cutmix_alpha: float in [0, 1], default 0 (off): Keras' `CutMix` on
             each batch. With `mixup_alpha` too, each batch gets one of the
             two, with probability 1/2 (DeiT).
@@ -318,7 +321,8 @@ def from_directory(
     Returns:
         A `tf.data.Dataset` of `(images, labels)`: images float32
         `(batch, height, width, channels)` (channels-last) in [-1, 1],
-        labels int32 `(batch,)`. It has `.class_names`, `.num_examples` and
+        labels int32 `(batch,)` (float32 `(batch, classes)` with Mixup or
+        CutMix). It has `.class_names`, `.num_examples` and
         `.file_paths`, the files in the order they are read when `shuffle`
         is False.
 
@@ -337,6 +341,8 @@ def from_directory(
     if not os.path.isdir(directory):
         raise ValueError(f"`directory` must be an existing folder. Received: directory={directory!r}")
     size = _pipeline.check_pipeline_args(image_size, channels, batch_size, augment, seed)
+    augmentation.check_augmentation(rand_augment=rand_augment, random_erasing=random_erasing,  # before any file
+                                    mixup_alpha=mixup_alpha, cutmix_alpha=cutmix_alpha)
     found = _count_images(directory)
     if found == 0:
         raise ValueError(
@@ -432,7 +438,8 @@ def from_tfds(
     Returns:
         A `tf.data.Dataset` of `(images, labels)` with `.class_names`:
         images float32 `(batch, height, width, channels)` (channels-last) in
-        [-1, 1], labels int32 `(batch,)`. TFDS images with 1 to 4 channels
+        [-1, 1], labels int32 `(batch,)` (float32 `(batch, classes)` with
+        Mixup or CutMix). TFDS images with 1 to 4 channels
         (grey, grey + alpha, RGB, RGBA) are converted as the module doc says.
 
     Raises:
@@ -445,7 +452,8 @@ def from_tfds(
     _pipeline.check_channels_last("from_tfds")
     _pipeline.check_pipeline_args(image_size, channels, batch_size, augment, seed)
     augment_args = (rand_augment, random_erasing, mixup_alpha, cutmix_alpha)
-    augmentation.check_augmentation(rand_augment=rand_augment, random_erasing=random_erasing)  # the rest once the classes are known
+    augmentation.check_augmentation(rand_augment=rand_augment, random_erasing=random_erasing,  # before any download
+                                    mixup_alpha=mixup_alpha, cutmix_alpha=cutmix_alpha)
     import tensorflow_datasets as tfds
 
     try:
@@ -460,6 +468,8 @@ def from_tfds(
         ) from None
     label = info.features["label"]
     class_names = list(label.names) if hasattr(label, "names") else None
+    if class_names is None and getattr(label, "num_classes", None):
+        class_names = [str(i) for i in range(label.num_classes)]
     count = None
     try:
         count = int(raw.cardinality())

@@ -13,7 +13,7 @@ train and the test step are traced, under every backend.
 import keras
 from keras import ops
 
-from keras_vit._validation import check_rate
+from keras_vit._validation import check_bool, check_rate
 
 
 def soft_labels(y_true, y_pred):
@@ -52,12 +52,14 @@ class Crossentropy(keras.losses.Loss):
     Keras `reduction`.
 
     Raises:
-        ValueError: `label_smoothing` outside [0, 1).
+        ValueError: `label_smoothing` outside [0, 1), or `from_logits` not a
+            bool.
     """
 
     def __init__(self, label_smoothing=0.0, from_logits=False, name="crossentropy", **kwargs):
         super().__init__(name=name, **kwargs)
         check_rate("label_smoothing", label_smoothing)
+        check_bool("from_logits", from_logits)
         self.label_smoothing = label_smoothing
         self.from_logits = from_logits
 

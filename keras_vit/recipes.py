@@ -83,7 +83,7 @@ def recipe(name, **overrides):
     # The ranges only: the number of classes (which Mixup needs 2 of) is checked by the data pipeline.
     settings["rand_augment"] = augmentation.check_augmentation(
         rand_augment=settings["rand_augment"], random_erasing=settings["random_erasing"],
-        mixup_alpha=settings["mixup_alpha"], cutmix_alpha=settings["cutmix_alpha"], classes=2)
+        mixup_alpha=settings["mixup_alpha"], cutmix_alpha=settings["cutmix_alpha"])
     for key in ("label_smoothing", "dropout_rate", "stochastic_depth_rate"):
         check_rate(key, settings[key])
     return settings

@@ -30,7 +30,7 @@ zero-initialised head on its pooled features.
 
 `--recipe NAME` sets augmentation and regularisation together
 (`keras_vit.recipes`: paper, augreg-light, augreg-medium, augreg-heavy,
-deit); each of its settings is also a flag of its own (--rand-augment,
+deit, mixup-smoothing); each of its settings is also a flag of its own (--rand-augment,
 --mixup-alpha, --cutmix-alpha, --random-erasing, --label-smoothing,
 --dropout-rate, --stochastic-depth-rate), which wins over the recipe.
 
@@ -205,7 +205,23 @@ def _recipe_settings(args):
     """`keras_vit.recipes.recipe(--recipe)` with the flags given in its place; ValueErrors name the flags."""
     from keras_vit import recipes
 
-    return recipes.recipe(args.recipe, **{key: getattr(args, key) for key in recipes.SETTINGS})
+    try:
+        return recipes.recipe(args.recipe, **{key: getattr(args, key) for key in recipes.SETTINGS})
+    except ValueError as error:
+        if "`rand_augment`" not in str(error):
+            raise
+        ops, magnitude = args.rand_augment
+        raise ValueError(f"--rand-augment takes OPS,M: OPS operations in [1, 11], magnitude M in [0, 30] (AugReg "
+                         f"uses 2,10 to 2,20), or none. Received: --rand-augment {ops},{magnitude:g}") from None
+
+
+def _applied_settings(settings, args):
+    """The recipe's settings as metrics.json records them: what the run applied (an --init-from model keeps its own
+    dropout and stochastic depth: None there)."""
+    applied = {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}
+    if args.init_from is not None:
+        applied.update(dropout_rate=None, stochastic_depth_rate=None)
+    return applied
 
 
 _ITERATORS_PER_EPOCH = 2  # keras/src/trainers/epoch_iterator.py: one at the end of an epoch, one at the start
@@ -382,7 +398,8 @@ def run(args):
         kept = [f"--{k.replace('_', '-')} {settings[k]}" for k in ("dropout_rate", "stochastic_depth_rate") if settings[k]]
         if kept:
             print(f"--init-from {args.init_from}: the saved model keeps its own dropout and stochastic depth; "
-                  f"--recipe {args.recipe}'s {', '.join(kept)} do not apply to it", file=sys.stderr)
+                  f"--recipe {args.recipe}'s {' and '.join(kept)} {'does' if len(kept) == 1 else 'do'} not apply "
+                  "to it", file=sys.stderr)
         with strategy.scope():
             saved = _init_from.load_saved_model(args.init_from)
         image_size = _init_from.saved_image_size(saved, image_size, args.init_from)
@@ -443,7 +460,7 @@ def run(args):
         "labels_fraction": args.labels_fraction,
         "num_train_images": num_train,
         "recipe": args.recipe,
-        "recipe_settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
+        "recipe_settings": _applied_settings(settings, args),
     }
     if not chief:
         return metrics

@@ -78,7 +78,10 @@ def test_erasing_alone_leaves_images_outside_the_rectangle():
         ({"rand_augment": (0, 10)}, r"num_ops an int in \[1, 11\]"),
         ({"rand_augment": 9}, r"Received: rand_augment=9"),
         ({"random_erasing": 1.5}, r"`random_erasing` must be a probability in \[0, 1\]. Received: random_erasing=1.5"),
-        ({"mixup_alpha": -0.1}, r"`mixup_alpha` must be a number >= 0"),
+        ({"mixup_alpha": -0.1}, r"`mixup_alpha` must be a number in \[0, 10\]"),
+        ({"mixup_alpha": float("inf")}, r"`mixup_alpha` must be a number in \[0, 10\] \(0: no Mixup\). Received: mixup_alpha=inf"),
+        ({"random_erasing": float("nan")}, r"`random_erasing` must be a probability"),
+        ({"rand_augment": {2: 10, 3: 4}}, r"`rand_augment` must be None or \(num_ops, magnitude\)"),
         ({"cutmix_alpha": 2.0}, r"`cutmix_alpha` must be a number in \[0, 1\]"),
     ],
 )
@@ -88,9 +91,23 @@ def test_out_of_range_arguments_are_named(kwargs, message):
         data.from_arrays(x[:8], y[:8], image_size=8, class_names=names, **kwargs)
 
 
+def test_numpy_numbers_are_numbers():
+    (x, y), _, names = data.load_digits()
+    ds = data.from_arrays(x[:8], y[:8], image_size=8, class_names=names, mixup_alpha=np.float32(0.2),
+                          random_erasing=np.float32(0.25), rand_augment=(np.int64(2), np.float32(10)))
+    assert next(iter(ds))[1].shape == (8, 10)
+
+
+def test_a_folder_and_tfds_check_the_ranges_before_reading_anything(tmp_path):
+    with pytest.raises(ValueError, match=r"`mixup_alpha` must be a number in \[0, 10\]"):
+        data.from_directory(tmp_path, image_size=8, mixup_alpha=-1)  # an empty folder: the range is said first
+    with pytest.raises(ValueError, match=r"`cutmix_alpha` must be a number in \[0, 1\]"):
+        data.from_tfds("no_such_data_set", split="train", image_size=8, cutmix_alpha=2.0)
+
+
 def test_mixup_with_one_class_or_without_labels_is_refused():
     images = np.zeros((8, 8, 8, 1), "float32")
-    with pytest.raises(ValueError, match=r"`mixup_alpha` mixes the labels of two classes.*Received: mixup_alpha=0.2 with 1 classes"):
+    with pytest.raises(ValueError, match=r"`mixup_alpha` mixes the labels of two classes, and the data hold 1 class. Received: mixup_alpha=0.2"):
         data.from_arrays(images, np.zeros(8, int), image_size=8, class_names=["only"], mixup_alpha=0.2)
     with pytest.raises(ValueError, match=r"`cutmix_alpha` mixes the labels of two classes"):
         data.from_arrays(images, np.zeros(8, int), image_size=8, cutmix_alpha=0.5)  # classes from the labels: 1
@@ -126,3 +143,23 @@ def test_posterization_follows_the_magnitude():
     transformation = posterize.get_random_transformation(ramp, training=True, seed=1)
     levels = np.unique(np.asarray(posterize.transform_images(ramp, transformation)))
     assert len(levels) == 16  # 4 bits kept at M = 10 (Keras' own factor of 1/12 would keep 1 bit: 2 levels)
+
+
+def test_rand_augment_operations_go_both_ways_on_the_papers_scale():
+    """Keras' RandAugment gives (0, factor) to layers that read (lower, upper): one-way rotations and shifts."""
+    import tensorflow as tf
+
+    layer = augmentation.rand_augment_layer(2, 10)
+    image = tf.zeros((16, 16, 3))
+    angles, shifts, contrast, brightness = [], [], [], []
+    for i in range(300):
+        layer._seeds.current = augmentation._KeySeeds(tf.constant([i, 3], tf.int64))
+        drawn = layer.get_random_transformation(image, training=True)["transforms"]
+        angles.append(float(np.ravel(drawn["random_rotation"]["angle"])[0]))  # degrees
+        shifts.append(float(np.ravel(drawn["random_translation"]["translations"])[0]))
+        contrast.append(float(np.ravel(drawn["random_contrast"]["contrast_factor"])[0]))
+        brightness.append(float(np.ravel(drawn["random_brightness"]["rgb_delta"])[0]))
+    assert -30.5 < np.min(angles) < -20 and 20 < np.max(angles) < 30.5  # AutoAugment level 10: +-30 degrees
+    assert np.min(shifts) < 0 < np.max(shifts)
+    assert np.min(contrast) < 0.5 and np.max(contrast) > 1.5  # 1 +- 0.9
+    assert np.min(brightness) < 0 < np.max(brightness)

@@ -55,8 +55,10 @@ def test_unknown_recipe_exits_2_listing_the_names(capsys):
 @pytest.mark.parametrize(
     "flags,message",
     [
-        (["--rand-augment", "2,31"], "--rand-augment must be None or (num_ops, magnitude)"),
-        (["--mixup-alpha", "-1"], "--mixup-alpha must be a number >= 0 (0: no Mixup). Received: --mixup-alpha -1.0"),
+        (["--rand-augment", "2,31"], "--rand-augment takes OPS,M: OPS operations in [1, 11], magnitude M in [0, 30] "
+         "(AugReg uses 2,10 to 2,20), or none. Received: --rand-augment 2,31"),
+        (["--mixup-alpha", "-1"], "--mixup-alpha must be a number in [0, 10] (0: no Mixup). Received: --mixup-alpha -1.0"),
+        (["--mixup-alpha", "inf"], "--mixup-alpha must be a number in [0, 10]"),
         (["--random-erasing", "1.5"], "--random-erasing must be a probability in [0, 1]"),
         (["--rand-augment", "two"], "argument --rand-augment: expected OPS,M (e.g. 2,10"),
     ],
@@ -79,7 +81,7 @@ def test_mixup_on_a_one_class_folder_is_refused_naming_the_flag(tmp_path, capsys
         train.main([*TINY, "--image-folder", str(tmp_path / "photos"), "--validation-fraction", "0.5",
                     "--recipe", "augreg-light", "--output-dir", str(tmp_path / "run")])
     assert exit_info.value.code == 2
-    assert "--mixup-alpha mixes the labels of two classes" in capsys.readouterr().err
+    assert "--mixup-alpha mixes the labels of two classes, and the data hold 1 class" in capsys.readouterr().err
 
 
 def test_deit_recipe_trains_and_records_its_settings(tmp_path):
