@@ -110,3 +110,16 @@ def test_the_guides_python_runs():
     assert blocks
     for block in blocks:
         exec(compile(block, "docs/recipes.md", "exec"), {})
+
+
+def test_init_from_records_the_settings_it_applied(tmp_path, capsys):
+    base = tmp_path / "base"
+    assert train.main([*TINY, "--output-dir", str(base)]) == 0
+    out = tmp_path / "tuned"
+    tiny_training = ["--epochs", "1", "--warmup-epochs", "0", "--verbose", "0"]
+    assert train.main([*tiny_training, "--recipe", "deit", "--init-from", str(base / "model.keras"),
+                       "--output-dir", str(out)]) == 0
+    assert "--recipe deit's --stochastic-depth-rate 0.1 does not apply to it" in capsys.readouterr().err
+    settings = json.loads((out / "metrics.json").read_text())["recipe_settings"]
+    assert settings["stochastic_depth_rate"] is None and settings["dropout_rate"] is None
+    assert settings["mixup_alpha"] == 0.8 and settings["label_smoothing"] == 0.1  # these the run did apply
