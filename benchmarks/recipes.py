@@ -13,13 +13,13 @@ same optimizer (AdamW 2e-3, weight decay 0.05, 6% warm-up, cosine, clipping at n
 - `hybrid`: a ResNet stem and two bottleneck stages (output stride 8) under `vit-demo`'s encoder,
   32 px, 1x1 patches of the 4x4 feature map (paper Sec. 3.1);
 - `cnn`: `keras.applications.MobileNetV3Small` (no weights, 32 px, its preprocessing off: the
-  pipeline gives [-1, 1]).
+  pipeline gives [-1, 1]; BatchNormalization momentum 0.9, see `build`).
 
 Every recipe keeps the pipeline's "affine" augmentation; dropout and stochastic depth apply to the
 ViTs only (MobileNetV3Small has neither in its blocks). Each run's result is cached in
 `runs/recipes/MODEL-RECIPE-sSEED.json` (a rerun skips it; `--fresh` trains again), so an
 interrupted run continues. The table gives the held-out accuracy's mean and standard deviation
-over the seeds, and the training time of one run. `--update-readme` puts it in
+over the seeds, and seconds per epoch. `--update-readme` puts it in
 benchmarks/README.md between the `recipes` markers.
 """
 
