@@ -208,7 +208,7 @@ def _recipe_settings(args):
     try:
         return recipes.recipe(args.recipe, **{key: getattr(args, key) for key in recipes.SETTINGS})
     except ValueError as error:
-        if "`rand_augment`" not in str(error):
+        if "`rand_augment`" not in str(error) or not isinstance(args.rand_augment, tuple):
             raise
         ops, magnitude = args.rand_augment
         raise ValueError(f"--rand-augment takes OPS,M: OPS operations in [1, 11], magnitude M in [0, 30] (AugReg "
