@@ -147,6 +147,13 @@ def run_all(models, recipe_names, seeds, epochs, fresh=False, every=False):
     return results
 
 
+def cached(models, recipe_names, seeds, epochs, every=False):
+    """The results already in `CACHE` for these runs (none is trained): what `--cached` reports."""
+    found = [_read(os.path.join(CACHE, f"{m}-{r}-s{s}.json")) for s in seeds for m in models
+             for r in recipes_for(m, recipe_names, every)]
+    return [r for r in found if r is not None and r.get("epochs") == epochs]
+
+
 def _read(path):
     try:
         with open(path) as f:
@@ -165,7 +172,7 @@ def table(results):
     lines = [f"Held-out accuracy (%) on digits' 360 held-out scans, mean +- standard deviation over seeds "
              f"{', '.join(map(str, seeds))}; {results[0]['epochs']} epochs, batch {BATCH_SIZE}, AdamW "
              f"{LEARNING_RATE:g}, from scratch; the last columns: seconds per epoch (median over epochs "
-             f"after the first and over seeds) with three recipes.", "",
+             f"after the first and over seeds) with the recipes of SHORT_LIST.", "",
              "| model | parameters | " + " | ".join(recipe_names) + " | s/epoch: " + " / ".join(SHORT_LIST) + " |",
              "|---|---|" + "---|" * len(recipe_names) + "---|"]
     for model in models:
@@ -173,7 +180,8 @@ def table(results):
         cells = []
         for name in recipe_names:
             acc = np.array([r["accuracy"] for r in rows if r["recipe"] == name]) * 100
-            cells.append(f"{acc.mean():.2f} +- {acc.std():.2f}" if len(acc) else "-")
+            partial = f" ({len(acc)} seed{'s' if len(acc) > 1 else ''})" if 0 < len(acc) < len(seeds) else ""
+            cells.append(f"{acc.mean():.2f} +- {acc.std():.2f}{partial}" if len(acc) else "-")
         times = [np.median([r["epoch_seconds"] for r in rows if r["recipe"] == name] or [np.nan])
                  for name in SHORT_LIST]
         lines.append(f"| {model} | {rows[0]['parameters']:,} | " + " | ".join(cells)
@@ -208,6 +216,7 @@ def main(argv=None):
     parser.add_argument("--all-recipes", action="store_true", help="every recipe on every model (hours)")
     parser.add_argument("--fresh", action="store_true", help="train again even where a cached result exists")
     parser.add_argument("--update-readme", action="store_true")
+    parser.add_argument("--cached", action="store_true", help="report the cached runs only, training none")
     parser.add_argument("--one", nargs=3, metavar=("MODEL", "RECIPE", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -219,7 +228,10 @@ def main(argv=None):
         os.replace(path + ".tmp", path)
         return 0
     recipe_names = list(RECIPES) if args.all_recipes else args.recipes
-    results = run_all(args.models, recipe_names, args.seeds, args.epochs, args.fresh, every=args.all_recipes)
+    if args.cached:
+        results = cached(args.models, recipe_names, args.seeds, args.epochs, every=args.all_recipes)
+    else:
+        results = run_all(args.models, recipe_names, args.seeds, args.epochs, args.fresh, every=args.all_recipes)
     text = table(results)
     print(text)
     if args.update_readme:
