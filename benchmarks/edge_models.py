@@ -16,8 +16,11 @@ QUICK_MODEL = "tiny"
 TRAIN_SEED = 0
 # (image size in px, epochs, peak learning rate) per stage: the paper's recipe, train at low resolution, then resize
 # (2D-interpolated position embeddings, Sec. 3.2) and fine-tune at 224 px; 64 px (16 tokens) trains 12x faster here
-TRAIN_SCHEDULE = {"Ti16": ((64, 20, 1e-3), (224, 4, 1e-3)), "S16": ((64, 20, 1e-3), (224, 4, 1e-3)),
+# Issue 27's judges (at least 95% held-out): 40 epochs at 64 px with affine augmentation, then 8 at 224 px at a lower
+# peak rate; S16 at half Ti16's rates (1e-3 diverged to 44% in the 2026-12-01 table). benchmarks/README.md has the runs.
+TRAIN_SCHEDULE = {"Ti16": ((64, 40, 1e-3), (224, 8, 5e-4)), "S16": ((64, 40, 5e-4), (224, 8, 3e-4)),
                   QUICK_MODEL: ((32, 1, 5e-4),)}
+TRAIN_AUGMENT = {"Ti16": "affine", "S16": "affine"}  # keras_vit.data's geometric augmentation, every stage
 TRAIN_BATCH_SIZE = 32
 CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs", "edge_models")
 HEAD_SPREAD = 4.0  # standard deviation of the seeded head's logits over the inputs
@@ -41,13 +44,23 @@ def build(name, classes=None, image_size=None):
                                             classifier_activation=None)
 
 
-def schedule_tag(schedule):
-    """The cache key of a training schedule, e.g. "64px-e20-lr0.001_224px-e4-lr0.001"."""
-    return "_".join(f"{size}px-e{epochs}-lr{lr:g}" for size, epochs, lr in schedule)
+def schedule_tag(schedule, augment=None):
+    """The cache key of a training schedule, e.g. "64px-e20-lr0.001_224px-e4-lr0.001" ("..._affine" with augment)."""
+    return "_".join(f"{size}px-e{epochs}-lr{lr:g}" for size, epochs, lr in schedule) + (f"_{augment}" if augment else "")
 
 
-def trained(name, *, seed=TRAIN_SEED, schedule=None, batch_size=TRAIN_BATCH_SIZE, steps=None, cache_dir=CACHE_DIR,
-            progress=print):
+def held_out_accuracy(model, size):
+    """Top-1 accuracy in [0, 1] of `model` (logits or probabilities) on the 360 held-out digits at `size` px."""
+    from keras_vit import data
+
+    val = data.digits("validation", image_size=size, batch_size=64)
+    logits = model.predict(val, verbose=0)
+    labels = np.concatenate([y for _, y in val.as_numpy_iterator()])
+    return float(np.mean(logits.argmax(-1) == labels))
+
+
+def trained(name, *, seed=TRAIN_SEED, schedule=None, augment="default", batch_size=TRAIN_BATCH_SIZE, steps=None,
+            cache_dir=CACHE_DIR, progress=print):
     """`build(name)` trained on scikit-learn's digits (`keras_vit.data.digits`, train split, 1,437 images), ending at
     the model's image size, weights cached in `cache_dir` so that a rerun skips the training.
 
@@ -58,12 +71,16 @@ def trained(name, *, seed=TRAIN_SEED, schedule=None, batch_size=TRAIN_BATCH_SIZE
     fine-tuning at higher resolution, Sec. 3.2) and trains on. Every stage uses the project's recipe
     (`keras_vit.training.compile_model`: AdamW, linear warm-up over the first 10% of the stage's steps then cosine
     decay, global clip norm 1; no XLA), data order seed `seed + stage`; `steps` trains only the first `steps` batches
-    of each epoch (tests). The last stage's size must be the model's (224 px; "tiny": 32 px). The head is a 10-class
-    one (classes "0".."9"). Cache file: `{cache_dir}/{model name}_{schedule_tag(schedule)}_seed{seed}[_s{steps}]
-    .weights.h5`, written to a temporary name and moved into place.
+    of each epoch (tests). `augment` (default `TRAIN_AUGMENT[name]`, else None): `keras_vit.data`'s geometric
+    augmentation in every stage ("affine", "crop", or None). The last stage's size must be the model's (224 px;
+    "tiny": 32 px). The head is a 10-class one (classes "0".."9"). Cache file: `{cache_dir}/{model name}_
+    {schedule_tag(schedule, augment)}_seed{seed}[_s{steps}].weights.h5`, written to a temporary name and moved into
+    place.
 
     Returns `(model, info)`: the float32 model (logits `(batch, 10)`) and `{"cache", "cached", "train_s",
-    "steps", "val_accuracy", "schedule"}` (held-out accuracy on the 360 validation digits, in [0, 1]).
+    "steps", "val_accuracy", "schedule", "augment", "stages"}` (held-out accuracy on the 360 validation digits, in
+    [0, 1]; "stages": each stage's held-out accuracy at its own size after its training, and after the resize that
+    begins it, for a run that trained).
 
     Raises:
         ValueError: the schedule is empty or does not end at the model's image size.
@@ -75,17 +92,18 @@ def trained(name, *, seed=TRAIN_SEED, schedule=None, batch_size=TRAIN_BATCH_SIZE
     from keras_vit._files import staged
 
     schedule = tuple(TRAIN_SCHEDULE.get(name, ((32, 1, 5e-4),)) if schedule is None else schedule)
+    augment = TRAIN_AUGMENT.get(name) if augment == "default" else augment
     model = build(name, classes=10)
     size = model.input_shape[1]
     if not schedule or schedule[-1][0] != size:
         raise ValueError(f"schedule must end at the model's image size {size} px. Received: schedule={schedule!r}")
-    tag = f"{model.name}_{schedule_tag(schedule)}_seed{seed}" + (f"_s{steps}" if steps else "")
+    tag = f"{model.name}_{schedule_tag(schedule, augment)}_seed{seed}" + (f"_s{steps}" if steps else "")
     cache = os.path.join(cache_dir, f"{tag}.weights.h5")
     per_epoch = [int(data.digits("train", image_size=s, batch_size=batch_size, seed=seed).cardinality())
                  for s, _, _ in schedule]
     per_epoch = [n if steps is None else min(steps, n) for n in per_epoch]
     info = {"cache": cache, "cached": os.path.exists(cache), "train_s": 0.0, "schedule": [list(s) for s in schedule],
-            "steps": sum(e * n for (_, e, _), n in zip(schedule, per_epoch))}
+            "augment": augment, "steps": sum(e * n for (_, e, _), n in zip(schedule, per_epoch)), "stages": []}
     if info["cached"]:
         model.load_weights(cache)
         progress(f"{name}: trained weights from {cache}")
@@ -93,18 +111,25 @@ def trained(name, *, seed=TRAIN_SEED, schedule=None, batch_size=TRAIN_BATCH_SIZE
         start = time.perf_counter()
         current = None
         for stage, ((stage_size, epochs, learning_rate), n) in enumerate(zip(schedule, per_epoch)):
+            row = {"image_size": stage_size}
             if current is None:
                 current = build(name, classes=10, image_size=stage_size)
             else:
                 current = keras_vit.resize(current, (stage_size, stage_size, 3))
+                row["after_resize"] = held_out_accuracy(current, stage_size)
             keras.utils.set_random_seed(seed + stage)
-            train = data.digits("train", image_size=stage_size, batch_size=batch_size, seed=seed + stage)
+            train = data.digits("train", image_size=stage_size, batch_size=batch_size, seed=seed + stage,
+                                augment=augment)
             total = epochs * n
             training.compile_model(current, total_steps=total, learning_rate=learning_rate,
                                    warmup_steps=max(1, total // 10), jit_compile=False)
             progress(f"{name}: training on digits at {stage_size} px, {epochs} epoch(s) of {n} steps of "
                      f"{batch_size}, learning rate {learning_rate:g} (seed {seed + stage})")
             current.fit(train.take(n), epochs=epochs, verbose=0, shuffle=False)  # digits() shuffles
+            row["val_accuracy"] = held_out_accuracy(current, stage_size)
+            info["stages"].append(row)
+            progress(f"{name}: {stage_size} px held-out accuracy {row['val_accuracy']:.1%}"
+                     + (f" (after the resize, before training: {row['after_resize']:.1%})" if "after_resize" in row else ""))
         info["train_s"] = time.perf_counter() - start
         for layer in model.layers:  # by name: the resized model is rebuilt from the config, its layers named alike
             if layer.weights:
@@ -112,11 +137,8 @@ def trained(name, *, seed=TRAIN_SEED, schedule=None, batch_size=TRAIN_BATCH_SIZE
         os.makedirs(cache_dir, exist_ok=True)
         with staged(cache, overwrite=True) as tmp:
             model.save_weights(tmp)
-    val = data.digits("validation", image_size=size, batch_size=64)
-    logits = model.predict(val, verbose=0)
-    labels = np.concatenate([y for _, y in val.as_numpy_iterator()])
-    info["val_accuracy"] = float(np.mean(logits.argmax(-1) == labels))
-    progress(f"{name}: held-out accuracy {info['val_accuracy']:.1%} on {len(labels)} digits"
+    info["val_accuracy"] = held_out_accuracy(model, size)
+    progress(f"{name}: held-out accuracy {info['val_accuracy']:.1%} on 360 digits"
              + (f" after {info['train_s']:.0f} s of training" if not info["cached"] else ""))
     return model, info
 

@@ -11,6 +11,7 @@ import json
 import sys
 
 from export import _cli_text
+from export.fast_path import slow_on_cpu
 from export.input_range import RANGES, parse_input_range, range_name
 from export.onnx_quantization import ONNX_QUANTIZATIONS
 from export.pipeline import FORMATS
@@ -100,9 +101,11 @@ def _main(argv):
     try:
         _cli_text.check_arguments(args, FORMATS, QUANTIZATIONS, REFUSED, ONNX_QUANTIZATIONS)  # before the data is read
         parse_list(args.formats, FORMATS, "format")
-        parse_list(args.quantization, QUANTIZATIONS, "quantization")
+        tflite_modes = parse_list(args.quantization, QUANTIZATIONS, "quantization")
         parse_list(args.onnx_quantization, ONNX_QUANTIZATIONS, "onnx_quantization")
         model = load_vit(args.model)
+        if "tflite" in parse_list(args.formats, FORMATS, "format") and slow_on_cpu(tflite_modes):
+            print(slow_on_cpu(tflite_modes), flush=True)
         parse_image_size(args.image_size, model, argument="--image-size")
         report = export_all(
             model,

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from export.input_range import PIXELS, UNIT, scale
+from export.input_range import PIXELS, UNIT, check_images_range, scale
 from export.signature import ServingGraph, image_shape
 
 VERIFY_SAMPLES = 512
@@ -35,7 +35,9 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
         batch.
 
     Raises:
-        ValueError: a source that is none of the above, or yields no images.
+        ValueError: a source that is none of the above, or yields no
+            images; a dataset whose images are plainly in another range
+            than the model takes (`export.input_range.check_images_range`).
     """
     import tensorflow as tf
 
@@ -54,8 +56,9 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
         if images.shape[1:] != (height, width, channels):
             raise ValueError(f"calibration images must have shape (n, {height}, {width}, {channels}). "
                              f"Received: images of shape {images.shape}")
-        if isinstance(model, ServingGraph):  # given as the model takes them: to the exporter's [-1, 1]
-            images = scale(images, model.model_range, UNIT).astype("float32")
+        given = model.model_range if isinstance(model, ServingGraph) else UNIT  # as the model takes them
+        check_images_range(images, given, argument="calibration_data")
+        images = scale(images, given, UNIT).astype("float32")  # to the exporter's [-1, 1]
         return images, images, labels, None
     if source == "digits":
         # unshuffled, like the image-folder split: the same calibration images, so the same int8 file, every run
@@ -145,8 +148,11 @@ def representative_samples(data, shape, include_preprocessing=False, max_samples
 
     Raises:
         ValueError: no images, images of another shape, values that are not
-            numbers or not finite (NaN, Inf), or dataset elements of another
-            layout (the message names the keys expected).
+            numbers or not finite (NaN, Inf), values plainly in another
+            range than the input takes (`export.input_range.check_images_range`:
+            raw [0, 255] pixels for a [-1, 1] input, or the reverse), or
+            dataset elements of another layout (the message names the keys
+            expected).
     """
     import tensorflow as tf
 
@@ -183,6 +189,7 @@ def representative_samples(data, shape, include_preprocessing=False, max_samples
             f"calibration images must have shape (n, {', '.join(map(str, shape))}). "
             f"Received: images of shape {samples.shape}"
         )
+    check_images_range(samples, tuple(input_range) if input_range is not None else (PIXELS if include_preprocessing else UNIT))
     return samples
 
 

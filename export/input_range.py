@@ -17,6 +17,8 @@ takes another range.
 
 import math
 
+import numpy as np
+
 # The ranges a model or an artifact can take, by the name `--input-range` uses.
 RANGES = {"-1,1": (-1.0, 1.0), "0,1": (0.0, 1.0), "0,255": (0.0, 255.0)}
 UNIT = RANGES["-1,1"]  # keras_vit's own range (keras_vit.preprocess_input), the exporter's images
@@ -78,6 +80,41 @@ def scale(images, source, target):
     ratio = (target[1] - target[0]) / (source[1] - source[0])
     x = x * ratio if ratio >= 1 else x / ((source[1] - source[0]) / (target[1] - target[0]))
     return x + target[0] if target[0] else x
+
+
+def check_images_range(images, expected, argument="representative_data"):
+    """Refuses calibration images that are plainly in another pixel range than the file's input takes.
+
+    The two mistakes people make: raw pixels in [0, 255] for a model that
+    takes [-1, 1] (or [0, 1]), and images already scaled to [-1, 1] or
+    [0, 1] for a model that takes raw pixels. Either calibrates every int8
+    range on values the file never sees, and verification only says so
+    later as a failed agreement bar. The test is coarse on purpose, so that
+    noise or augmented images within a model's range pass:
+    - expected [-1, 1] or [0, 1]: refused when any value is above 5 (pixel scale);
+    - expected [0, 255]: refused when every value lies within [-1.5, 1.5].
+
+    Args:
+        images: float array `(n, height, width, channels)`, the calibration images as given.
+        expected: the `(lo, hi)` range the artifact's input takes, one of `RANGES`.
+        argument: the argument's name for the message.
+
+    Raises:
+        ValueError: the images look like another range; names `argument`, the expected range and what was seen.
+    """
+    expected = tuple(expected)
+    lo, hi = float(np.min(images)), float(np.max(images))
+    if expected[1] <= 1.0 and hi > 5.0:
+        looks = "raw pixels in [0, 255]"
+    elif expected == PIXELS and lo >= -1.5 and hi <= 1.5:
+        looks = "images already scaled to [-1, 1] or [0, 1]"
+    else:
+        return
+    raise ValueError(
+        f"{argument}: the calibration images hold values in [{lo:g}, {hi:g}], {looks}, and the file takes "
+        f"{describe(expected)}. Give images in {describe(expected)} (keras_vit.preprocess_input scales raw pixels "
+        "to [-1, 1]), or an image folder or 'digits', which the exporter scales itself; if the model takes another "
+        "range than was read from it, pass input_range= (--input-range)")
 
 
 def model_input_range(model):

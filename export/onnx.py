@@ -87,7 +87,7 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
     graph, owned = prepare(model, include_preprocessing, scores=scores, input_range=input_range)
     check_images = None
     if verification_data is not None:
-        check_images = scale(verification_images(verification_data, graph.image_shape), graph.model_range, UNIT)
+        check_images = scale(verification_images(verification_data, graph.image_shape, graph.model_range), graph.model_range, UNIT)
     try:
         samples = calibration_samples(quantization, representative_data, graph.image_shape, graph.input_range)
         if check_images is None and samples is not None:  # real images when there are, back in [-1, 1]

@@ -14,6 +14,7 @@ from export.tflite import (CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, che
                            check_quantization)
 from export.images import VERIFY_SAMPLES, load_data  # noqa: F401 (VERIFY_SAMPLES: export_all's verification count)
 from export.contract import artifact_contract, check_keras_accuracy, label_names as _label_names
+from export.fast_path import fast_path
 from export.verify import NOISE_HINT, Artifact, VerificationError, decision_failure, resized_images, verify
 
 FORMATS = ("saved_model", "tflite", "onnx")
@@ -406,10 +407,11 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
 def format_table(report):
     """The report as a Markdown table: artifact, size, max |diff| (absolute and relative to the outputs' scale),
     cosine, top-1 agreement (all flips, and decisive flips only), accuracy, latency, MediaPipe's top-1 agreement
-    (and accuracy; "n/a" where MediaPipe does not run the file, "-" where it was not run), passed."""
+    (and accuracy; "n/a" where MediaPipe does not run the file, "-" where it was not run), where the file runs fast
+    (`export.fast_path`: XNNPACK, reference kernels only, or an NPU), passed."""
     head = ("| artifact | size MB | max abs diff | relative | cosine | top-1 agreement (decisive) | accuracy (keras) "
-            "| latency ms (batch 1) | MediaPipe top-1 (accuracy) | passed |")
-    rows = [head, "|" + "---|" * 10]
+            "| latency ms (batch 1) | MediaPipe top-1 (accuracy) | runs fast on | passed |")
+    rows = [head, "|" + "---|" * 11]
     for r in report["artifacts"]:
         acc = "-" if "accuracy" not in r else f"{r['accuracy']:.4f} ({r['keras_accuracy']:.4f})"
         fmt = lambda key, spec: "-" if r.get(key) is None else format(r[key], spec)  # noqa: E731
@@ -419,6 +421,7 @@ def format_table(report):
             mediapipe += f" ({r['mediapipe_accuracy']:.4f})"
         rows.append(
             f"| {r['name']} | {fmt('size_mb', '.3f')} | {fmt('max_abs_diff', '.2e')} | {fmt('relative_max_abs_diff', '.1e')} | "
-            f"{fmt('cosine', '.6f')} | {agreement} | {acc} | {fmt('latency_ms_batch1', '.3f')} | {mediapipe} | {'yes' if r['passed'] else 'NO'} |"
+            f"{fmt('cosine', '.6f')} | {agreement} | {acc} | {fmt('latency_ms_batch1', '.3f')} | {mediapipe} | "
+            f"{r.get('runs_fast_on') or fast_path(r['format'], r['quantization'])} | {'yes' if r['passed'] else 'NO'} |"
         )
     return "\n".join(rows)

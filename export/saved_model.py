@@ -61,7 +61,7 @@ def export_saved_model(model, path, include_preprocessing=False, overwrite=False
     graph, owned = prepare(model, include_preprocessing, scores=scores, input_range=input_range)
     check_images = None
     if verification_data is not None:
-        check_images = scale(verification_images(verification_data, graph.image_shape), graph.model_range, UNIT)
+        check_images = scale(verification_images(verification_data, graph.image_shape, graph.model_range), graph.model_range, UNIT)
     try:
         with _files.staged(path, overwrite, directory=True) as tmp:
             shutil.copytree(graph.saved_model_dir(), tmp)

@@ -229,7 +229,7 @@ def export_tflite(
                                              input_range=graph.input_range)
         check_images = None
         if verification_data is not None:
-            check_images = scale(verification_images(verification_data, graph.image_shape), graph.model_range, UNIT)
+            check_images = scale(verification_images(verification_data, graph.image_shape, graph.model_range), graph.model_range, UNIT)
         elif samples is not None:  # real images when there are: calibration images, back in [-1, 1]
             check_images = scale(samples[:64], graph.input_range, UNIT)
         _files.check_target(path, overwrite)

@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from export.fast_path import fast_path
 from export.runtimes import (  # noqa: F401 (export.verify's names too)
     LATENCY_RUNS,
     _run_onnx,
@@ -280,6 +281,7 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
             "path": artifact.path,
             "size_mb": _size_mb(artifact.path),
             "tolerance": TOLERANCES[artifact.quantization],
+            "runs_fast_on": fast_path(artifact.format, artifact.quantization),
         }
         try:
             outputs = run_artifact(artifact, inputs)
@@ -343,7 +345,7 @@ NOISE_HINT = (
 )
 
 
-def verification_images(data, shape, max_samples=64):
+def verification_images(data, shape, input_range=None, max_samples=64):
     """The images an export function verifies on, from its `verification_data` argument.
 
     Args:
@@ -352,22 +354,29 @@ def verification_images(data, shape, max_samples=64):
             dicts), or an image folder: the forms of
             `export.images.representative_samples`.
         shape: (height, width, channels) of the model input.
+        input_range: None ([-1, 1]) or the `(lo, hi)` range the images are
+            given in (the model's, `ServingGraph.model_range`).
 
     Returns:
         float32 `(n, height, width, channels)`, at most `max_samples`.
 
     Raises:
-        ValueError: no images, or images of another shape; names
-            `verification_data`.
+        ValueError: no images, images of another shape, or images plainly
+            in another range (`export.input_range.check_images_range`);
+            names `verification_data`.
     """
     from export.images import representative_samples
 
     try:
-        return representative_samples(data, shape, max_samples=max_samples)
+        return representative_samples(data, shape, max_samples=max_samples, input_range=input_range)
     except ValueError as e:
+        if str(e).startswith("representative_data: the calibration images"):  # check_images_range's, renamed
+            raise ValueError(str(e).replace("representative_data: the calibration images",
+                                            "verification_data: the verification images", 1)) from None
         detail = str(e).split("Received: ")[-1] if "Received: " in str(e) else "no images"
+        expected = f"[{input_range[0]:g}, {input_range[1]:g}]" if input_range is not None else "[-1, 1]"
         raise ValueError(
-            f"`verification_data` must hold images of shape (n, {', '.join(map(str, shape))}) in [-1, 1]. "
+            f"`verification_data` must hold images of shape (n, {', '.join(map(str, shape))}) in {expected}. "
             f"Received: {detail}"
         ) from None
 

@@ -125,10 +125,18 @@ def test_a_low_resolution_stage_is_resized_and_trained_on(tmp_path):
 
     said = []
     schedule = ((16, 1, 1e-3), (32, 1, 5e-4))
-    model, info = edge.trained("tiny", schedule=schedule, steps=2, cache_dir=str(tmp_path), progress=said.append)
-    assert info["steps"] == 4 and info["schedule"] == [[16, 1, 1e-3], [32, 1, 5e-4]]
-    assert info["cache"].endswith("tiny_16px-e1-lr0.001_32px-e1-lr0.0005_seed0_s2.weights.h5")
-    assert [line.split(",")[0] for line in said[:2]] == ["tiny: training on digits at 16 px", "tiny: training on digits at 32 px"]
+    model, info = edge.trained("tiny", schedule=schedule, augment="affine", steps=2, cache_dir=str(tmp_path),
+                               progress=said.append)
+    assert info["steps"] == 4 and info["schedule"] == [[16, 1, 1e-3], [32, 1, 5e-4]] and info["augment"] == "affine"
+    assert info["cache"].endswith("tiny_16px-e1-lr0.001_32px-e1-lr0.0005_affine_seed0_s2.weights.h5")
+    assert [line.split(",")[0] for line in said if "training on" in line] == ["tiny: training on digits at 16 px",
+                                                                              "tiny: training on digits at 32 px"]
+    # how the judge was made, stage by stage: the held-out accuracy after each stage, and after the resize
+    assert [sorted(row) for row in info["stages"]] == [["image_size", "val_accuracy"],
+                                                       ["after_resize", "image_size", "val_accuracy"]]
+    assert [row["image_size"] for row in info["stages"]] == [16, 32]
+    assert info["stages"][-1]["val_accuracy"] == info["val_accuracy"]
+    assert all(0 <= row[k] <= 1 for row in info["stages"] for k in row if k != "image_size")
     assert model.input_shape == (None, 32, 32, 3)
     # the 16 px stage's 2 x 2 position table was interpolated to the 4 x 4 grid: it is not the random init of
     # a 32 px model (which two steps at 5e-4 would move by about 1e-3 at most)

@@ -76,7 +76,12 @@ def test_a_quantised_file_that_misses_its_bar_exits_1_and_says_what_to_try(train
         cli.main([trained_vit[1], "--formats", "tflite", "--quantization", "float32,float16,int8,int16x8",
                   "--calibration-data", "digits", "--output-dir", str(out), "--no-latency", "--no-mediapipe"])
     assert exit_info.value.code == 1
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
+    # issue 27: a mode that cannot be fast on a CPU says so in one line, before the export
+    assert ("note: int16x8 runs on LiteRT's reference kernels only on a CPU (int16x8: XNNPACK has no int16 kernels, "
+            "so a CPU runs every op on LiteRT's reference kernels); for a phone's CPU pick int8, dynamic_int8 or "
+            "dynamic_int4") in captured.out.splitlines()
     assert re.search(r"model_int8.tflite: decisive_top1_agreement = [\d.]+ \(needs >= 1.01\) \| "
                      r"model_int16x8.tflite: decisive_top1_agreement = [\d.]+ \(needs >= 1.01\)", err), err
     tip = err.strip().splitlines()[-1]
@@ -89,6 +94,17 @@ def test_a_quantised_file_that_misses_its_bar_exits_1_and_says_what_to_try(train
 
 def _row(fmt, quantization, passed, failures=()):
     return {"format": fmt, "quantization": quantization, "passed": passed, "failures": list(failures)}
+
+
+def test_modes_slow_on_a_cpu_are_named_in_one_line():
+    from export.fast_path import FAST_PATH, slow_on_cpu
+    from export.tflite import QUANTIZATIONS
+
+    assert slow_on_cpu(["float32", "int8", "dynamic_int8", "dynamic_int4", "float16", "weight_only_int8"]) == ""
+    line = slow_on_cpu(["int8", "weight_only_int4", "int16x8"])
+    assert line.startswith("note: weight_only_int4, int16x8 run on LiteRT's reference kernels only on a CPU (")
+    assert "\n" not in line and "dynamic_int4 keeps them inside XNNPACK" in line
+    assert {q for fmt, q in FAST_PATH if fmt == "tflite"} == set(QUANTIZATIONS)  # every mode has its label
 
 
 def test_what_to_try_fits_what_failed():

@@ -330,3 +330,34 @@ def test_models_keras_cannot_rebuild_say_how_to_export_them(tmp_path):
     keras.Model(inputs, vit(keras.layers.Lambda(lambda x: x / 127.5 - 1.0)(inputs))).save(tmp_path / "lambda.keras")
     with pytest.raises(ValueError, match=r"holds a Lambda layer, which Keras loads only with safe_mode=False"):
         load_vit(str(tmp_path / "lambda.keras"))
+
+
+def test_calibration_images_in_the_wrong_range_are_refused_up_front(trained_vit, tmp_path):
+    """Issue 27's bad input: raw [0, 255] pixels for a [-1, 1] model, or [-1, 1] images for a raw-pixel model, are
+    refused before any file is converted, naming the argument and the range the file takes."""
+    from export import export_onnx
+
+    vit = _trained_copy(trained_vit)
+    unit = next(iter(data.digits("train", image_size=16, batch_size=64, shuffle=False)))[0].numpy()
+    pixels = (unit + 1.0) * 127.5
+    expected = r"the file takes \[-1, 1\] \(keras_vit.preprocess_input's scaling\)"
+    with pytest.raises(ValueError, match=r"representative_data: the calibration images hold values in \[0, 255\], "
+                                         r"raw pixels in \[0, 255\], and " + expected):
+        export_tflite(vit, str(tmp_path / "a.tflite"), quantization="int8", representative_data=pixels)
+    with pytest.raises(ValueError, match="representative_data: .*raw pixels in"):
+        export_onnx(vit, str(tmp_path / "a.onnx"), quantization="int8", representative_data=pixels)
+    with pytest.raises(ValueError, match="calibration_data: .*raw pixels in"):
+        export_all(vit, str(tmp_path / "out"), formats="tflite", quantizations="int8", measure_latency=False,
+                   calibration_data=_pixel_digits("train"))
+    with pytest.raises(ValueError, match=r"verification_data: the verification images hold values .*raw pixels"):
+        export_tflite(vit, str(tmp_path / "b.tflite"), verification_data=pixels)
+    assert not any(tmp_path.iterdir())  # nothing written
+
+    raw = keras_vit.VisionTransformer(**TINY, classes=10, include_preprocessing=True)
+    with pytest.raises(ValueError, match=r"already scaled to \[-1, 1\] or \[0, 1\], and the file takes \[0, 255\] "
+                                         r"\(raw pixels\)"):
+        export_tflite(raw, str(tmp_path / "c.tflite"), quantization="int8", representative_data=unit)
+    # the right ranges pass, and so does noise around the range (augmented images, a seeded normal batch)
+    export_tflite(raw, str(tmp_path / "c.tflite"), quantization="int8", representative_data=pixels[:8], verify=False)
+    normal = np.random.default_rng(0).normal(0, 1, (8, 16, 16, 3)).astype("float32")
+    export_tflite(vit, str(tmp_path / "d.tflite"), quantization="int8", representative_data=normal, verify=False)

@@ -13,6 +13,8 @@ import pytest
 
 import keras_vit
 from export import tflite
+from export.fast_path import fast_path, matrix_products_on_xnnpack
+from export.pipeline import format_table
 from export.verify import TOLERANCES, Artifact, VerificationError, run_artifact
 from export.signature import ServingGraph
 from keras_vit import data
@@ -141,7 +143,22 @@ def test_dynamic_int4_keeps_int4_weights_in_the_matmuls_and_xnnpack_runs_them(fi
     profile = tflite_profile(str(path), measure_latency=False)
     rows = {row["op"]: row for row in profile["ops"]}
     assert rows["FULLY_CONNECTED"]["xnnpack"] == len(fc)  # weight_only_int4's FULLY_CONNECTED stay off XNNPACK
+    _check_fast_path_label(fast_path("tflite", "dynamic_int4"), profile)
+    path = tmp_path / "weight_only_int4.tflite"
+    path.write_bytes(files["weight_only_int4"])
+    _check_fast_path_label(fast_path("tflite", "weight_only_int4"), tflite_profile(str(path), measure_latency=False))
     assert len(files["dynamic_int4"]) <= 1.02 * len(files["weight_only_int4"])  # the same int4 weights
+
+
+def _check_fast_path_label(label, profile):
+    """Issue 27: export.fast_path's label holds in the file's op profile: an XNNPACK file has every matrix product on
+    XNNPACK; a file on reference kernels has no FULLY_CONNECTED there."""
+    if "reference kernels" in label:
+        on_xnnpack, products = matrix_products_on_xnnpack(profile, ("FULLY_CONNECTED",))
+        assert products >= 3 and on_xnnpack == 0, (label, on_xnnpack, products)
+    else:
+        on_xnnpack, products = matrix_products_on_xnnpack(profile)
+        assert label.startswith("XNNPACK") and products >= 5 and on_xnnpack == products, (label, on_xnnpack, products)
 
 
 def _wide_vit():
@@ -253,6 +270,12 @@ def test_export_all_makes_verifies_profiles_and_reports_the_new_modes(trained_vi
             assert row["mediapipe_top1_agreement"] >= 0.95 and row["mediapipe_max_score_sum_error"] < 1e-3
     int16_types = {t for op in rows["int16x8"]["profile"]["ops"] for t in op["output_types"]}
     assert "int16" in int16_types
+    # issue 27: where each file runs fast, in the report and the table, is what its op profile measures
+    for q, row in rows.items():
+        assert row["runs_fast_on"] == fast_path("tflite", q)
+        _check_fast_path_label(row["runs_fast_on"], row["profile"])
+    assert rows["int16x8"]["runs_fast_on"].startswith("reference kernels only")
+    assert all(f"| {fast_path('tflite', q)} | yes |" in format_table(report) for q in rows)
 
 
 def test_a_recipe_that_quantises_nothing_fails_instead_of_writing_a_float_file(files, monkeypatch):

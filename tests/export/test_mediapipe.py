@@ -237,9 +237,9 @@ def test_cli_reports_mediapipe_beside_litert_and_keeps_logits_when_asked(trained
     report = json.loads((out / "report.json").read_text())
     rows = {r["name"]: r for r in report["artifacts"]}
     table = capsys.readouterr().out
-    assert "| latency ms (batch 1) | MediaPipe top-1 (accuracy) | passed |" in table
-    assert re.search(r"\| model_int8.tflite \|.*\| n/a \| yes \|", table)
-    assert re.search(r"\| model_float32.tflite \|.*\| 1\.0000 \(0\.9\d+\) \| yes \|", table), table
+    assert "| latency ms (batch 1) | MediaPipe top-1 (accuracy) | runs fast on | passed |" in table
+    assert re.search(r"\| model_int8.tflite \|.*\| n/a \| XNNPACK \(CPU\), integer-only NPUs \| yes \|", table)
+    assert re.search(r"\| model_float32.tflite \|.*\| 1\.0000 \(0\.9\d+\) \| XNNPACK \(CPU\), GPU delegate \| yes \|", table), table
     assert report["scores"] == "probabilities" and rows["model_float32.tflite"]["scores"] == "probabilities"
     float32 = rows["model_float32.tflite"]
     assert float32["mediapipe_top1_agreement"] >= 0.99 and abs(float32["mediapipe_accuracy"] - float32["keras_accuracy"]) <= 0.01

@@ -1,0 +1,83 @@
+"""Where each artifact runs fast: XNNPACK on a phone's CPU, reference kernels only, or an NPU.
+
+A `.tflite` file runs wherever LiteRT runs, but not at the same speed
+everywhere. LiteRT hands the ops its XNNPACK delegate takes to XNNPACK's
+SIMD kernels (the CPU's fast path) and leaves the rest to its builtin
+reference kernels, which are many times slower. Two modes cannot be fast on
+a CPU at all (measured on ViT-Ti/16 and ViT-S/16 at 224 px, LiteRT 2.3,
+benchmarks/README.md's edge table):
+
+- int16x8: XNNPACK has no int16 kernels, so every op runs on LiteRT's
+  reference kernels: 29-31x float32's latency. It is made for NPUs and DSPs
+  with int16 activations.
+- weight_only_int4: LiteRT dequantises the int4 weights with builtin
+  kernels outside XNNPACK before each matrix product (149 of 536 ops off
+  XNNPACK, 51 partitions): about 4x float32's latency. `dynamic_int4` keeps
+  the same int4 weights inside XNNPACK's matrix products and is fast.
+
+Full-integer int8 is the only mode an integer-only accelerator (Edge TPU,
+NNAPI or QNN DSPs, MCU NPUs) can run whole; on a CPU it runs on XNNPACK
+too. The export report's `runs_fast_on` and the table's column come from
+`FAST_PATH`; the op profile (`--profile`, `export.profile.tflite_profile`)
+measures which ops XNNPACK takes in the file itself.
+"""
+
+XNNPACK = "XNNPACK (CPU)"
+REFERENCE = "reference kernels only (slow on a CPU)"
+# what the labels claim, in the op profile's terms: XNNPACK runs every matrix product (FULLY_CONNECTED, BATCH_MATMUL,
+# nearly all of a ViT's time) of a file that runs fast there, and no FULLY_CONNECTED of one on reference kernels
+MATRIX_PRODUCTS = ("FULLY_CONNECTED", "BATCH_MATMUL")
+# (format, quantization) -> (where it runs fast, why, in one clause)
+FAST_PATH = {
+    ("saved_model", "float32"): ("TensorFlow (server)", "a TensorFlow graph"),
+    ("tflite", "float32"): (XNNPACK + ", GPU delegate", "float32 kernels"),
+    ("tflite", "float16"): (XNNPACK + ", GPU delegate", "float16 weights dequantised once at load"),
+    ("tflite", "dynamic_int8"): (XNNPACK, "int8 weights, activations quantised on the fly"),
+    ("tflite", "int8"): (XNNPACK + ", integer-only NPUs", "every op integer: the one mode an NPU runs whole"),
+    ("tflite", "int16x8"): (REFERENCE + "; NPUs with int16 activations",
+                            "XNNPACK has no int16 kernels, so a CPU runs every op on LiteRT's reference kernels"),
+    ("tflite", "weight_only_int8"): (XNNPACK, "int8 weights dequantised to float32 at load"),
+    ("tflite", "weight_only_int4"): ("reference kernels for its matrix products (slow on a CPU)",
+                                     "its int4 weights are dequantised by builtin kernels outside XNNPACK before "
+                                     "every matrix product; dynamic_int4 keeps them inside XNNPACK"),
+    ("tflite", "dynamic_int4"): (XNNPACK, "int4 weights inside XNNPACK's matrix products"),
+    ("onnx", "float32"): ("onnxruntime CPU", "float32 kernels"),
+    ("onnx", "dynamic_int8"): ("onnxruntime CPU", "int8 weights, activations quantised on the fly"),
+    ("onnx", "int8"): ("onnxruntime CPU, QDQ NPUs (QNN, OpenVINO)", "static QDQ int8"),
+}
+
+
+def fast_path(fmt, quantization):
+    """Where a file of `fmt` ("saved_model", "tflite", "onnx") and `quantization` runs fast, as a short text.
+
+    Returns:
+        str, e.g. "XNNPACK (CPU)" or "reference kernels only (slow on a CPU)"; "unknown" for a pair not in
+        `FAST_PATH`.
+    """
+    return FAST_PATH.get((fmt, quantization), ("unknown", ""))[0]
+
+
+def matrix_products_on_xnnpack(profile, ops=MATRIX_PRODUCTS):
+    """`(on XNNPACK, all)`: the matrix products (`ops`) of a `.tflite` file that XNNPACK runs, from its op profile
+    (`export.profile.tflite_profile`'s "ops" rows). What `FAST_PATH`'s labels claim: all of them for an XNNPACK
+    file; no FULLY_CONNECTED (the products with weights) for one on reference kernels."""
+    rows = [row for row in profile["ops"] if row["op"] in ops]
+    return sum(row["xnnpack"] for row in rows), sum(row["count"] for row in rows)
+
+
+def slow_on_cpu(modes):
+    """One line for the TFLite `modes` asked for that cannot be fast on a phone's CPU, or "" when none is.
+
+    Args:
+        modes: TFLite quantization names (e.g. `export.tflite.QUANTIZATIONS`' entries).
+
+    Returns:
+        str, e.g. "note: int16x8 runs on LiteRT's reference kernels only on a CPU (XNNPACK has no int16 kernels
+        ...); pick int8 or dynamic_int8 for a phone's CPU".
+    """
+    slow = [m for m in modes if "reference kernels" in fast_path("tflite", m)]
+    if not slow:
+        return ""
+    reasons = "; ".join(f"{m}: {FAST_PATH[('tflite', m)][1]}" for m in slow)
+    return (f"note: {', '.join(slow)} run{'s' if len(slow) == 1 else ''} on LiteRT's reference kernels only on a CPU "
+            f"({reasons}); for a phone's CPU pick int8, dynamic_int8 or dynamic_int4")
