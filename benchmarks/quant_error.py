@@ -10,7 +10,9 @@ int16 tensor with one scale is dequantised first (per-channel weights are not op
 take float32 images (int8 / uint8 I/O files are refused). For each matched op output, SNR = 10 log10(sum f^2 / sum (f - q)^2)
 in dB over the images (float32 rounding alone: about 100 dB; each lost bit costs 6 dB). Prints, per op type,
 the median SNR of its outputs in each file, and the SNR of each file's output tensor (the model's output, not
-a median: a confident softmax keeps a high SNR even where the ops before it lose more).
+a median: a confident softmax keeps a high SNR even where the ops before it lose more). `--by-layer` adds the SNR
+of each encoder block's layers (norm_1, attention, norm_2, mlp, the residual adds) in order: where along the depth
+the error grows.
 
 Then each op's own error ("local"): its output against what the op computes in float64 from the same file's
 (dequantised) inputs, for MEAN, MUL, ADD, SUB, RSQRT, SOFTMAX, GELU (exact erf GELU), FULLY_CONNECTED and BATCH_MATMUL (with
@@ -28,6 +30,7 @@ files that quantise weights only. Nothing here asserts a figure.
 import argparse
 import collections
 import os
+import re
 import sys
 
 import numpy as np
@@ -100,6 +103,48 @@ def measure(float_path, paths, images):
                                        "output_db": snr_db(reference_output, output)
                                        if reference_output.shape == output.shape else None}
     return out
+
+
+def _layer_of(name):
+    """`(block, layer)` of a tensor name such as "vision_transformer/transformer_block_3/norm_2/mul_2" -> (3, "norm_2"),
+    or None for a tensor outside the encoder blocks; Keras' "_1" name suffixes dropped."""
+    parts = name.split(";")[0].split("/")
+    for i, part in enumerate(parts[:-1]):
+        match = re.fullmatch(r"transformer_block_(\d+)(?:_1)?", part)
+        if match:
+            layer = parts[i + 1]
+            if i + 2 < len(parts):  # a sub-layer's scope: its Keras call suffix "_1" dropped (norm_1_1 -> norm_1)
+                layer = layer[:-2] if layer.endswith("_1") else layer
+            return int(match.group(1)), layer  # else an op of the block itself: "add", "add_1", ...
+    return None
+
+
+def by_layer(float_path, path, images):
+    """Layer by layer, in execution order: `[(block, layer, op, dB)]`, the SNR against float32 of the last op output
+    of each layer of each encoder block ("norm_1", "attention", "norm_2", "mlp", ...; "add" for the block's own
+    residual adds), where the quantised file's error grows block after block."""
+    reference, _ = tensors(float_path, images)
+    got, _ = tensors(path, images)
+    last = {}
+    for name, (op, value) in got.items():
+        where = _layer_of(name)
+        if where is not None and name in reference and reference[name][1].shape == value.shape:
+            last.pop(where, None)  # keep the dict in order of each layer's last op
+            last[where] = (op, snr_db(reference[name][1], value))
+    return [(block, layer, op, db) for (block, layer), (op, db) in last.items()]
+
+
+def layer_markdown(rows_by_file):
+    """`{file: by_layer(...)}` as one table: a row per (block, layer), a column per file."""
+    files = list(rows_by_file)
+    keys = list(dict.fromkeys((b, layer) for rows in rows_by_file.values() for b, layer, _, _ in rows))
+    cells = {f: {(b, layer): (op, db) for b, layer, op, db in rows} for f, rows in rows_by_file.items()}
+    lines = ["| block | layer (last op) | " + " | ".join(files) + " |", "|---|---|" + "---|" * len(files)]
+    for key in keys:
+        op = next(cells[f][key][0] for f in files if key in cells[f])
+        lines.append(f"| {key[0]} | {key[1]} ({op}) | "
+                     + " | ".join("n/a" if key not in cells[f] else f"{cells[f][key][1]:.1f}" for f in files) + " |")
+    return "\n".join(lines)
 
 
 def _reference_op(name, inputs, interpreter):
@@ -183,6 +228,8 @@ def main(argv=None):
     parser.add_argument("float32", help="the float32 .tflite file of the same graph")
     parser.add_argument("quantised", nargs="+", help="quantised .tflite files")
     parser.add_argument("--images", type=int, default=4, help="held-out digits to run (default 4)")
+    parser.add_argument("--by-layer", action="store_true",
+                        help="also the SNR of each encoder block's layers in order: where the error grows")
     args = parser.parse_args(argv)
     for path in [args.float32, *args.quantised]:
         if not (os.path.isfile(path) and path.endswith(".tflite")):
@@ -210,6 +257,10 @@ def main(argv=None):
     print()
     print("each op's own error: median / lowest SNR, dB, of its output against float64 of its dequantised inputs")
     print(local_markdown({os.path.basename(p): local_snr(p, images) for p in args.quantised}))
+    if args.by_layer:
+        print()
+        print("layer by layer: SNR against float32 of each encoder layer's output (its last op), dB")
+        print(layer_markdown({os.path.basename(p): by_layer(args.float32, p, images) for p in args.quantised}))
     return 0
 
 

@@ -273,3 +273,20 @@ def test_the_table_calibrates_as_the_export_cli_does():
     from export.tflite import DEFAULT_CALIBRATION_STEPS
 
     assert edge.CALIBRATION_SAMPLES == DEFAULT_CALIBRATION_STEPS  # the files judged are the files users get
+
+
+def test_the_table_names_the_cpu_and_its_matrix_units(tmp_path):
+    """Issue 27: int8's ratio to float32 differs between CPUs (0.40x on one, 0.76x on an AMD EPYC): the table says
+    which CPU it ran on, and whether it has VNNI and AMX."""
+    from benchmarks import edge
+
+    def info(name, flags):
+        path = tmp_path / name.replace(" ", "_")
+        path.write_text(f"processor\t: 0\nmodel name\t: {name}\nflags\t\t: fpu sse {flags}\n\nprocessor\t: 1\n")
+        return str(path)
+
+    assert edge.cpu(info("AMD EPYC 9R14", "avx512f avx512_vnni avx512_bf16")) == "AMD EPYC 9R14 (AVX-512 VNNI, no AMX)"
+    assert edge.cpu(info("Intel Xeon", "avx512_vnni amx_bf16 amx_int8 amx_tile")) == "Intel Xeon (AVX-512 VNNI, AMX)"
+    assert edge.cpu(info("Old", "avx2")) == "Old (no VNNI, no AMX)"
+    assert edge.cpu(str(tmp_path / "missing")) == "unknown CPU"
+    assert edge.cpu() in edge.machine()

@@ -335,6 +335,17 @@ def test_quant_error_benchmark_measures_each_ops_snr_against_float32(files, tmp_
     table = quant_error.local_markdown(local)
     assert "| MEAN |" in table and "| SOFTMAX |" in table
     assert "**model output**" in quant_error.markdown(result)
+    # layer by layer (issue 27): the tiny model's one block, its layers in execution order
+    assert quant_error._layer_of("vision_transformer_1/transformer_block_11_1/norm_2_1/mul_2") == (11, "norm_2")
+    assert quant_error._layer_of("vision_transformer_1/transformer_block_0_1/add_1") == (0, "add_1")
+    assert quant_error._layer_of("vision_transformer_1/patch_encoder_1/concat") is None
+    rows = quant_error.by_layer(paths["float32"], paths["int16x8"], images)
+    layers = [layer for _, layer, _, _ in rows]
+    assert {block for block, _, _, _ in rows} == {0} and layers.index("norm_1") < layers.index("attention") < \
+        layers.index("norm_2"), layers
+    assert all(20 < db < 200 for _, _, _, db in rows), rows  # int16 activations: below float's 200, far above noise
+    assert [db for _, _, _, db in quant_error.by_layer(paths["float32"], paths["float32"], images)] == [200] * len(rows)
+    assert "| 0 | norm_1 (" in quant_error.layer_markdown({"int16x8": rows})
 
 
 def test_int16x8_calibration_warns_nothing_on_a_terminal_either(files, calibration, monkeypatch):
