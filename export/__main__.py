@@ -35,8 +35,9 @@ def build_parser():
     p.add_argument(
         "--quantization", default=",".join(DEFAULT_QUANTIZATIONS),
         help=f"TFLite modes, comma list of {', '.join(QUANTIZATIONS)} (default: {','.join(DEFAULT_QUANTIZATIONS)}, "
-             "TensorFlow's converter; int16x8, weight_only_int8, weight_only_int4 and dynamic_int4 are made by LiteRT "
-             "Quantizer, package litert-quantizer; int8 and int16x8 are calibrated on --calibration-data)",
+             "TensorFlow's converter; int16x8, int8_mixed16, weight_only_int8, weight_only_int4 and dynamic_int4 are made "
+             "by LiteRT Quantizer, package litert-quantizer; int8, int8_mixed16 and int16x8 are calibrated on "
+             "--calibration-data)",
     )
     p.add_argument("--onnx-quantization", default="float32",
                    help=f"ONNX modes through onnxruntime's quantisation tools, comma list of {', '.join(ONNX_QUANTIZATIONS)} "

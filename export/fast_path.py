@@ -34,6 +34,8 @@ FAST_PATH = {
     ("tflite", "float16"): (XNNPACK + ", GPU delegate", "float16 weights dequantised once at load"),
     ("tflite", "dynamic_int8"): (XNNPACK, "int8 weights, activations quantised on the fly"),
     ("tflite", "int8"): (XNNPACK + ", integer-only NPUs", "every op integer: the one mode an NPU runs whole"),
+    ("tflite", "int8_mixed16"): ("integer-only NPUs with int16 activations; XNNPACK for its int8 matrix products",
+                                 "its int16 LayerNorm, residual and softmax ops run on LiteRT's reference kernels"),
     ("tflite", "int16x8"): (REFERENCE + "; NPUs with int16 activations",
                             "XNNPACK has no int16 kernels, so a CPU runs every op on LiteRT's reference kernels"),
     ("tflite", "weight_only_int8"): (XNNPACK, "int8 weights dequantised to float32 at load"),

@@ -28,6 +28,9 @@ quantised.
 
 import numpy as np
 
+from export.input_range import scale
+from keras_vit.layers import TransformerBlock
+
 EXACT_TOLERANCE = 1e-5  # max |new - old| / max |old| over the images, float32
 
 
@@ -56,8 +59,6 @@ def _fold(norm, centre, scale, readers):
 
 
 def _blocks(model):
-    from keras_vit.layers import TransformerBlock
-
     return [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
 
 
@@ -125,3 +126,32 @@ def check_exact(original, rewritten, images, tolerance=EXACT_TOLERANCE, batch_si
         raise RuntimeError(f"the LayerNorm reparameterisation is not exact: outputs differ by {relative:.2e} of their "
                            f"largest value (allowed {tolerance:g})")
     return relative
+
+
+def balanced_graph(graph, samples):
+    """`(graph, owned)`: a `ServingGraph` of the same settings whose model has balanced LayerNorms, proven exact.
+
+    Args:
+        graph: an `export.signature.ServingGraph`.
+        samples: float32 calibration images `(n, h, w, c)` in the artifact's input range (`graph.input_range`).
+
+    Returns:
+        `(new graph, True)` (the caller closes it), or `(graph, False)` where the model is not a ViT this rewrite
+        knows (a ViT nested in a wrapper model): then nothing is rewritten.
+
+    Raises:
+        RuntimeError: the rewrite is not exact on the first 64 samples (`check_exact`).
+    """
+    from export.signature import ServingGraph
+
+    model = graph.model
+    names = {layer.name for layer in model.layers}
+    if not _blocks(model) or not {"encoder_norm", "predictions", "pooling"} <= names:
+        return graph, False
+    images = np.asarray(scale(samples, graph.input_range, graph.model_range), "float32")
+    balanced = balance_layer_norms(model, images)
+    check_exact(model, balanced, images[:64])
+    new = ServingGraph(balanced, graph.include_preprocessing, graph.batch_size, graph.scores, graph.image_shape[:2],
+                       graph.dynamic_size, graph.model_range)
+    new.source, new.source_policy, new.class_names = graph.source, graph.source_policy, graph.class_names
+    return new, True

@@ -13,6 +13,7 @@ from export.litert_quantization import CALIBRATED as _LITERT_CALIBRATED
 from export.litert_quantization import LITERT_QUANTIZATIONS, missing_package
 from export.images import DEFAULT_CALIBRATION_STEPS, representative_samples  # noqa: F401 (export.tflite's names too)
 from export.input_range import UNIT, scale
+from export.reparameterize import balanced_graph
 from export.signature import ServingGraph, parse_image_size, prepare
 from export.verify import Artifact, check_artifact, verification_images
 
@@ -148,6 +149,10 @@ def export_tflite(
             or "uint8" input and output.
     LiteRT Quantizer's modes (`export.litert_quantization`; package
     `litert-quantizer`), made from the float32 file of the same graph:
+        "int8_mixed16": integer-only, int8 matrix products with int16
+            LayerNorms, residual adds and softmax, calibrated like "int8",
+            after an exact LayerNorm reparameterisation; float32 I/O
+            (`export.litert_quantization`).
         "int16x8": int8 weights, int16 activations, calibrated on
             `representative_data` like "int8"; float32 I/O.
         "weight_only_int8": int8 weights, float32 compute.
@@ -302,8 +307,21 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
     if quantization in LITERT_QUANTIZATIONS:  # LiteRT Quantizer quantises TensorFlow's float32 file of the same graph
         from export.litert_quantization import quantize
 
-        content = quantize(convert(graph, "float32", name=name), quantization, samples, name=name, progress=progress)
+        source, owned = graph, False
+        if quantization == "int8_mixed16":  # RepQ-ViT's LayerNorm rewrite first, proven exact on the float model
+            source, owned = balanced_graph(graph, samples)
+        try:
+            float_content = convert(source, "float32", name=name)
+        finally:
+            if owned:
+                source.close()
+        content = quantize(float_content, quantization, samples, name=name, progress=progress)
         check_builtin_ops(content, name)
+        if quantization == "int8_mixed16":  # its int8 attention matmuls, as "int8"'s below: XNNPACK's operands
+            from export.int8_graph import symmetric_matmul_operands
+
+            content, _ = symmetric_matmul_operands(content)
+            check_integer_only(content, name)
         return content
 
     converter = tf.lite.TFLiteConverter.from_saved_model(graph.saved_model_dir())

@@ -122,7 +122,7 @@ def test_representative_data_from_image_folder(tmp_path):
     "kwargs,error,message",
     [
         ({"quantization": "16x8"}, ValueError, r"quantization='16x8' is refused: the mode is called 'int16x8'"),
-        ({"quantization": "float8"}, ValueError, r"`quantization` must be one of float32, float16, dynamic_int8, int8, int16x8, weight_only_int8, weight_only_int4, dynamic_int4. Received: quantization='float8'"),
+        ({"quantization": "float8"}, ValueError, r"`quantization` must be one of float32, float16, dynamic_int8, int8, int16x8, weight_only_int8, weight_only_int4, dynamic_int4, int8_mixed16. Received: quantization='float8'"),
         ({"quantization": "int16x8"}, ValueError, r"quantization='int16x8' needs representative_data"),
         ({"quantization": "int8"}, ValueError, r"quantization='int8' needs representative_data"),
         ({"quantization": "int8", "representative_data": np.zeros((0, 16, 16, 3))}, ValueError, r"calibration\) data set is empty"),
