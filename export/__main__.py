@@ -137,7 +137,7 @@ def _main(argv):
                 report = json.load(f)
             print(format_table(report))
             print("\nWhat an app feeds each file that passed and gets back (also in report.json, \"contract\"):")
-            print(format_contracts(report))
+            print(format_contracts({**report, "artifacts": [r for r in report.get("artifacts", []) if r["passed"]]}))
         except OSError:
             pass
         tip = _cli_text.what_to_try(report, CALIBRATED)  # more training, other images, or the mode left out

@@ -24,8 +24,9 @@ measures which ops XNNPACK takes in the file itself.
 
 XNNPACK = "XNNPACK (CPU)"
 REFERENCE = "reference kernels only (slow on a CPU)"
-# what the labels claim, in the op profile's terms: XNNPACK runs every matrix product (FULLY_CONNECTED, BATCH_MATMUL,
-# nearly all of a ViT's time) of a file that runs fast there, and no FULLY_CONNECTED of one on reference kernels
+# what the labels claim, in the op profile's terms: XNNPACK runs every matrix product (FULLY_CONNECTED, BATCH_MATMUL)
+# of a file labelled XNNPACK or "(matrix products on XNNPACK)", and no FULLY_CONNECTED of one on reference kernels only
+# or "for its matrix products"
 MATRIX_PRODUCTS = ("FULLY_CONNECTED", "BATCH_MATMUL")
 # (format, quantization) -> (where it runs fast, why, in one clause)
 FAST_PATH = {
@@ -34,8 +35,10 @@ FAST_PATH = {
     ("tflite", "float16"): (XNNPACK + ", GPU delegate", "float16 weights dequantised once at load"),
     ("tflite", "dynamic_int8"): (XNNPACK, "int8 weights, activations quantised on the fly"),
     ("tflite", "int8"): (XNNPACK + ", integer-only NPUs", "every op integer: the one mode an NPU runs whole"),
-    ("tflite", "int8_mixed16"): ("integer-only NPUs with int16 activations; XNNPACK for its int8 matrix products",
-                                 "its int16 LayerNorm, residual and softmax ops run on LiteRT's reference kernels"),
+    ("tflite", "int8_mixed16"): ("integer-only NPUs with int16 activations; on a CPU its int16 ops on reference "
+                                 "kernels (matrix products on XNNPACK)",
+                                 "its int16 LayerNorm, residual-add and softmax ops run on LiteRT's reference kernels, "
+                                 "between its int8 matrix products on XNNPACK"),
     ("tflite", "int16x8"): (REFERENCE + "; NPUs with int16 activations",
                             "XNNPACK has no int16 kernels, so a CPU runs every op on LiteRT's reference kernels"),
     ("tflite", "weight_only_int8"): (XNNPACK, "int8 weights dequantised to float32 at load"),
@@ -74,12 +77,12 @@ def slow_on_cpu(modes):
         modes: TFLite quantization names (e.g. `export.tflite.QUANTIZATIONS`' entries).
 
     Returns:
-        str, e.g. "note: int16x8 runs on LiteRT's reference kernels only on a CPU (XNNPACK has no int16 kernels
-        ...); pick int8 or dynamic_int8 for a phone's CPU".
+        str, e.g. "note: int16x8 is slow on a CPU (int16x8: XNNPACK has no int16 kernels, ...); for a phone's CPU
+        pick int8, dynamic_int8 or dynamic_int4".
     """
     slow = [m for m in modes if "reference kernels" in fast_path("tflite", m)]
     if not slow:
         return ""
     reasons = "; ".join(f"{m}: {FAST_PATH[('tflite', m)][1]}" for m in slow)
-    return (f"note: {', '.join(slow)} run{'s' if len(slow) == 1 else ''} on LiteRT's reference kernels only on a CPU "
-            f"({reasons}); for a phone's CPU pick int8, dynamic_int8 or dynamic_int4")
+    return (f"note: {', '.join(slow)} {'is' if len(slow) == 1 else 'are'} slow on a CPU ({reasons}); for a phone's "
+            "CPU pick int8, dynamic_int8 or dynamic_int4")

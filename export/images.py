@@ -21,7 +21,8 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
             (calibration on the training split, verification on the fixed
             held-out split), the path of an image folder (80/20 split,
             seed 0), a TFDS name (splits "train" / "test", read from the
-            local TFDS folder), or a `tf.data.Dataset` of images
+            local TFDS folder), a NumPy array of images `(n, h, w, c)`
+            (used as an unlabelled dataset), or a `tf.data.Dataset` of images
             (elements `(images, labels)`, images, or TFDS-style dicts
             `{"image": ..., "label": ...}`; used for both calibration and
             verification), in the range the model takes (a `ServingGraph`'s
@@ -49,6 +50,11 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
         rng = np.random.default_rng(0)
         images = rng.uniform(-1, 1, (SEEDED_SAMPLES, height, width, channels)).astype("float32")
         return images, images, None, None
+    if isinstance(source, np.ndarray):  # images as an array (n, h, w, c), as export_tflite takes them: no labels
+        if source.ndim != 4:
+            raise ValueError(f"calibration_data as an array must be images (n, {height}, {width}, {channels}). "
+                             f"Received: an array of shape {source.shape}")
+        source = tf.data.Dataset.from_tensor_slices(source).batch(64)
     if isinstance(source, tf.data.Dataset):
         images, labels = _take_elements(source, max_samples)
         if len(images) == 0:

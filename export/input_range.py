@@ -110,11 +110,13 @@ def check_images_range(images, expected, argument="representative_data"):
         looks = "images already scaled to [-1, 1] or [0, 1]"
     else:
         return
+    how = ("keras_vit.preprocess_input scales raw pixels to it" if expected == UNIT else
+           "the raw 8-bit pixel values, unscaled" if expected == PIXELS else "pixels / 255")
     raise ValueError(
-        f"{argument}: the calibration images hold values in [{lo:g}, {hi:g}], {looks}, and the file takes "
-        f"{describe(expected)}. Give images in {describe(expected)} (keras_vit.preprocess_input scales raw pixels "
-        "to [-1, 1]), or an image folder or 'digits', which the exporter scales itself; if the model takes another "
-        "range than was read from it, pass input_range= (--input-range)")
+        f"{argument}: the calibration images hold values in [{lo:g}, {hi:g}] ({looks}), and the file takes "
+        f"{describe(expected)}. Give images in [{expected[0]:g}, {expected[1]:g}] ({how}), or an image folder or "
+        "'digits', which the exporter scales itself; if the model takes another range than was read from it, pass "
+        "input_range= (--input-range)")
 
 
 def model_input_range(model):

@@ -5,6 +5,8 @@ import os
 import tempfile
 import time
 
+import numpy as np
+
 from keras_vit import _files
 from export.input_range import RANGES, UNIT, UNREAD, describe, parse_input_range, scale
 from export.onnx import check_opset
@@ -115,10 +117,12 @@ def export_all(
         formats: list or comma string of "saved_model", "tflite", "onnx".
         quantizations: TFLite modes, of `export.tflite.QUANTIZATIONS`
             (default `DEFAULT_QUANTIZATIONS`, TensorFlow's converter's four;
-            int16x8 and the weight-only modes need `litert-quantizer`).
-        calibration_data: None, "digits", an image folder, a TFDS name or a
-            `tf.data.Dataset` (see `export.images.load_data`); its held-out split is used
-            for verification.
+            int16x8, int8_mixed16 and the weight-only modes need
+            `litert-quantizer`).
+        calibration_data: None, "digits", an image folder, a TFDS name, a
+            NumPy array of images or a `tf.data.Dataset` (see
+            `export.images.load_data`); its held-out split is used for
+            verification (an array or dataset: its images themselves).
         labels: class names (list) or a labels file path (one per line) for
             the TFLite metadata and `labels.txt`; default: the model's own
             (see above), the data set's class names, or "0".."n-1".
@@ -388,7 +392,8 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             "warnings": warnings,
             "tflite_batch_size": tflite_batch_size,
             "scores": graph.score_kind,
-            "calibration_data": calibration_data if isinstance(calibration_data, (str, type(None))) else "tf.data.Dataset",
+            "calibration_data": calibration_data if isinstance(calibration_data, (str, type(None))) else (
+                "NumPy array" if isinstance(calibration_data, np.ndarray) else "tf.data.Dataset"),
             "num_verification_images": int(len(eval_images)),
             "labelled": eval_labels is not None,
             "artifacts": results + errors,

@@ -218,6 +218,10 @@ def export_tflite(
     check_quantization(quantization, io_type)
     if batch_size not in (None, 1):
         raise ValueError(f"`batch_size` must be None (dynamic) or 1. Received: batch_size={batch_size!r}")
+    if batch_size is None and quantization == "int8_mixed16":  # measured: LiteRT Quantizer leaves float SHAPE ops
+        raise ValueError("quantization='int8_mixed16' needs batch_size=1: with a dynamic batch LiteRT Quantizer leaves "
+                         "float shape ops in the graph, and the file would not be integer-only. Received: "
+                         "batch_size=None")
     size = parse_image_size(image_size, model.model if isinstance(model, ServingGraph) else model)
     if size == "dynamic":
         check_dynamic_size_quantization(quantization)
@@ -413,7 +417,7 @@ def check_integer_only(content, name="model"):
         for _, op in found:
             counts[op] = counts.get(op, 0) + 1
         raise RuntimeError(
-            f"{name}: the int8 file is not integer-only: {len(found)} op(s) fall back to float "
+            f"{name}: the integer-only file is not integer-only: {len(found)} op(s) fall back to float "
             f"({', '.join(f'{n} {op}' for op, n in sorted(counts.items()))}; first at op index {found[0][0]}). "
             "A float op in an int8 file fails the export"
         )

@@ -79,7 +79,7 @@ def test_a_quantised_file_that_misses_its_bar_exits_1_and_says_what_to_try(train
     captured = capsys.readouterr()
     err = captured.err
     # issue 27: a mode that cannot be fast on a CPU says so in one line, before the export
-    assert ("note: int16x8 runs on LiteRT's reference kernels only on a CPU (int16x8: XNNPACK has no int16 kernels, "
+    assert ("note: int16x8 is slow on a CPU (int16x8: XNNPACK has no int16 kernels, "
             "so a CPU runs every op on LiteRT's reference kernels); for a phone's CPU pick int8, dynamic_int8 or "
             "dynamic_int4") in captured.out.splitlines()
     assert re.search(r"model_int8.tflite: decisive_top1_agreement = [\d.]+ \(needs >= 1.01\) \| "
@@ -102,7 +102,8 @@ def test_modes_slow_on_a_cpu_are_named_in_one_line():
 
     assert slow_on_cpu(["float32", "int8", "dynamic_int8", "dynamic_int4", "float16", "weight_only_int8"]) == ""
     line = slow_on_cpu(["int8", "weight_only_int4", "int16x8"])
-    assert line.startswith("note: weight_only_int4, int16x8 run on LiteRT's reference kernels only on a CPU (")
+    assert line.startswith("note: weight_only_int4, int16x8 are slow on a CPU (")
+    assert "int8_mixed16: its int16 LayerNorm" in slow_on_cpu(["int8_mixed16"])
     assert "\n" not in line and "dynamic_int4 keeps them inside XNNPACK" in line
     assert {q for fmt, q in FAST_PATH if fmt == "tflite"} == set(QUANTIZATIONS)  # every mode has its label
 

@@ -341,8 +341,9 @@ def test_calibration_images_in_the_wrong_range_are_refused_up_front(trained_vit,
     unit = next(iter(data.digits("train", image_size=16, batch_size=64, shuffle=False)))[0].numpy()
     pixels = (unit + 1.0) * 127.5
     expected = r"the file takes \[-1, 1\] \(keras_vit.preprocess_input's scaling\)"
-    with pytest.raises(ValueError, match=r"representative_data: the calibration images hold values in \[0, 255\], "
-                                         r"raw pixels in \[0, 255\], and " + expected):
+    with pytest.raises(ValueError, match=r"representative_data: the calibration images hold values in \[0, 255\] "
+                                         r"\(raw pixels in \[0, 255\]\), and " + expected + r"\. Give images in "
+                                         r"\[-1, 1\] \(keras_vit.preprocess_input scales raw pixels to it\)"):
         export_tflite(vit, str(tmp_path / "a.tflite"), quantization="int8", representative_data=pixels)
     with pytest.raises(ValueError, match="representative_data: .*raw pixels in"):
         export_onnx(vit, str(tmp_path / "a.onnx"), quantization="int8", representative_data=pixels)
@@ -351,11 +352,22 @@ def test_calibration_images_in_the_wrong_range_are_refused_up_front(trained_vit,
                    calibration_data=_pixel_digits("train"))
     with pytest.raises(ValueError, match=r"verification_data: the verification images hold values .*raw pixels"):
         export_tflite(vit, str(tmp_path / "b.tflite"), verification_data=pixels)
+    with pytest.raises(ValueError, match="calibration_data: .*raw pixels in"):  # an array, as export_tflite takes
+        export_all(vit, str(tmp_path / "out"), formats="tflite", quantizations="int8", measure_latency=False,
+                   calibration_data=pixels)
     assert not any(tmp_path.iterdir())  # nothing written
+    report = export_all(vit, str(tmp_path / "out"), formats="tflite", quantizations="float32", measure_latency=False,
+                        calibration_data=unit, mediapipe=False)
+    assert report["calibration_data"] == "NumPy array" and report["artifacts"][0]["passed"]
+    with pytest.raises(ValueError, match=r"calibration_data as an array must be images \(n, 16, 16, 3\)"):
+        export_all(vit, str(tmp_path / "out2"), formats="tflite", calibration_data=unit[0], measure_latency=False)
+    import shutil
+
+    shutil.rmtree(tmp_path / "out")
 
     raw = keras_vit.VisionTransformer(**TINY, classes=10, include_preprocessing=True)
-    with pytest.raises(ValueError, match=r"already scaled to \[-1, 1\] or \[0, 1\], and the file takes \[0, 255\] "
-                                         r"\(raw pixels\)"):
+    with pytest.raises(ValueError, match=r"already scaled to \[-1, 1\] or \[0, 1\]\), and the file takes \[0, 255\] "
+                                         r"\(raw pixels\)\. Give images in \[0, 255\] \(the raw 8-bit pixel values"):
         export_tflite(raw, str(tmp_path / "c.tflite"), quantization="int8", representative_data=unit)
     # the right ranges pass, and so does noise around the range (augmented images, a seeded normal batch)
     export_tflite(raw, str(tmp_path / "c.tflite"), quantization="int8", representative_data=pixels[:8], verify=False)
