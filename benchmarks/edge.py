@@ -50,6 +50,7 @@ import time
 import numpy as np
 
 # the table's models, their training and inputs (benchmarks/edge_models.py)
+from export.fast_path import fast_path
 from benchmarks.edge_models import CACHE_DIR, MODELS, QUICK_MODEL, build, decisive_head, digits_inputs, inputs, trained
 
 FORMATS = ("tflite", "onnx")
@@ -261,10 +262,11 @@ def measure(names, pairs, samples=256, rounds=10, runs=10, calibration_samples=C
     for name in names:
         t0 = time.perf_counter()
         if weights == "trained":
-            model, _ = trained(name, steps=train_steps, cache_dir=cache_dir, progress=progress)
+            model, info = trained(name, steps=train_steps, cache_dir=cache_dir, progress=progress)
+            judge_accuracy = info["val_accuracy"]  # on all 360 held-out digits (the issue 27 bar)
             data, labels, calibration = digits_inputs(model.input_shape[1], samples, calibration_samples)
         else:
-            model, labels = build(name), None
+            model, labels, judge_accuracy = build(name), None, None
             shape = tuple(model.input_shape[1:])
             data, calibration = inputs(shape, samples, seed=1), inputs(shape, calibration_samples, seed=2)
             head = decisive_head(model, data)
@@ -281,7 +283,8 @@ def measure(names, pairs, samples=256, rounds=10, runs=10, calibration_samples=C
         ms = latencies(files, rounds, runs, progress=progress)
         for (fmt, mode), spec in files.items():
             rows.append({**_row(name, fmt, mode, spec, files, measured[(fmt, mode)], ms), "weights": weights,
-                         "accuracy": measured[(fmt, mode)]["accuracy"], "keras_accuracy": keras_accuracy})
+                         "accuracy": measured[(fmt, mode)]["accuracy"], "keras_accuracy": keras_accuracy,
+                         "judge_accuracy": judge_accuracy})
         progress(f"{name}: done in {time.perf_counter() - t0:.0f} s")
     return rows, notes
 
@@ -371,6 +374,34 @@ def bars(rows, model="Ti16"):
     return out
 
 
+def judge_bars(rows, models=tuple(MODELS)):
+    """Issue 27's bars on each trained judge (1 thread, same run): a list of {"bar", "figure", "met"}; a model or
+    mode not in the run, or a random-weight run, gives met None. Accuracy drop: Keras' accuracy on the same inputs
+    minus the file's, in points (negative: the file is more accurate)."""
+    out = []
+    for model in models:
+        by = {(r["format"], r["mode"]): r for r in rows if r["model"] == model}
+        judge = next((r.get("judge_accuracy") for r in by.values() if r.get("judge_accuracy") is not None), None)
+        out.append({"bar": f"{model} judge >= 95% held-out accuracy (360 digits)",
+                    "figure": "not in this run" if judge is None else f"{judge:.1%}",
+                    "met": None if judge is None else judge >= 0.95})
+        for fmt, mode, latency in (("tflite", "int8", True), ("tflite", "int8_mixed16", True), ("onnx", "int8", False)):
+            row = by.get((fmt, mode))
+            text = (f"{model} {fmt} {mode}: agreement >= 99%"
+                    + (", accuracy drop <= 1 point, <= 0.4x float32 latency, integer-only" if latency else ""))
+            if row is None or row.get("accuracy") is None or row.get("keras_accuracy") is None:
+                out.append({"bar": text, "figure": "not in this run", "met": None})
+                continue
+            drop = 100 * (row["keras_accuracy"] - row["accuracy"])
+            figure = f"{row['decisive_top1_agreement']:.1%}"
+            met = row["decisive_top1_agreement"] >= 0.99
+            if latency:
+                figure += f", drop {drop:+.1f} points, {row['ratio_1']:.2f}x, {row['float_ops']} float ops"
+                met = met and drop <= 1.0 and row["ratio_1"] <= 0.4 and row["float_ops"] == 0
+            out.append({"bar": text, "figure": figure, "met": bool(met)})
+    return out
+
+
 def _f(value, spec):
     return "n/a" if value is None else format(value, spec)
 
@@ -390,19 +421,21 @@ def markdown(result):
              + ("" if not result.get("measured") else " Run ended (per model): " + ", ".join(
                  f"{m} {t}" for m, t in result["measured"].items()) + "."), "",
              "| model | format | mode | ms, 1 thread | ms, 2 threads | x float32 (1 / 2 threads) | 2-thread speed-up "
-             "| MB | x float32 size | top-1 agreement (decisive) | ops off XNNPACK / ops (partitions) | float ops |",
-             "|" + "---|" * 12]
+             "| MB | x float32 size | top-1 agreement (decisive) | accuracy | ops off XNNPACK / ops (partitions) "
+             "| float ops | runs fast on |",
+             "|" + "---|" * 14]
     for r in result["rows"]:
         off = "n/a" if r["ops"] is None else f"{r['off_delegate']} / {r['ops']} ({r['partitions']})"
         lines.append(
             f"| {r['model']} | {r['format']} | {r['mode']} | {r['ms_1']:.2f} | {r['ms_2']:.2f} | "
             f"{_f(r['ratio_1'], '.2f')} / {_f(r['ratio_2'], '.2f')} | {r['speedup']:.2f}x | "
             f"{r['size_bytes'] / 1e6:.2f} | {_f(r['size_ratio'], '.3f')} | "
-            f"{r['top1_agreement']:.1%} ({r['decisive_top1_agreement']:.1%}) | {off} | {_f(r['float_ops'], 'd')} |")
+            f"{r['top1_agreement']:.1%} ({r['decisive_top1_agreement']:.1%}) | {_f(r.get('accuracy'), '.1%')} | "
+            f"{off} | {_f(r['float_ops'], 'd')} | {fast_path(r['format'], r['mode'])} |")
     if any(r["model"] not in MODELS and r["model"] != QUICK_MODEL for r in result["rows"]):
         lines += ["", "Peer rows (benchmarks/edge_peer.py, in their own virtual environment and process): their "
                   "ratios are to the peer's own float32 file, their agreement is with the PyTorch model."]
-    lines += ["", "Bars of issue 11 (ViT-Ti/16, 1 thread, same run):", ""]
+    lines += ["", "Bars of issue 11 (ViT-Ti/16) and issue 27 (both judges), 1 thread, same run:", ""]
     for b in result["bars"]:
         verdict = {True: "met", False: "**not met**", None: "not measured"}[b["met"]]
         lines.append(f"- {b['bar']}: {verdict} ({b['figure']})")
@@ -433,7 +466,7 @@ def run(names, wanted=None, samples=256, rounds=10, runs=10, agreement_budget_s=
               "models": list(names), "weights": weights, "samples": samples, "rounds": rounds, "runs": runs, "rows": rows,
               "notes": notes + skipped, "measured": {name: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
                                                      for name in names}}
-    result["bars"] = bars(rows)
+    result["bars"] = bars(rows) + judge_bars(rows)
     return result
 
 
@@ -511,7 +544,7 @@ def merge(result, earlier):
                                if owner(n) in taken or (n.startswith("peer row") and "Ti16" in taken)]
     measured = {**{m: t for m, t in earlier.get("measured", {}).items() if m in taken}, **result.get("measured", {})}
     merged = {**result, "models": models, "rows": rows, "notes": notes, "measured": measured}
-    merged["bars"] = bars(rows)
+    merged["bars"] = bars(rows) + judge_bars(rows)
     return merged
 
 

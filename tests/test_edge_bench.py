@@ -51,9 +51,14 @@ def test_rows_columns_and_ratios_come_from_the_measured_figures(measured):
                            "bars": edge.bars(rows), "notes": ["a note"]}).splitlines()
     assert "first 16 held-out digits" in lines[0] and f"tiny {keras_accuracy:.1%}" in lines[0]
     header = next(i for i, line in enumerate(lines) if line.startswith("| model |"))
-    assert len(lines[header].split("|")) == len(lines[header + 1].split("|")) == 14
-    assert [line.split("|")[3].strip() for line in lines[header + 2:header + 2 + len(rows)]] == \
-        [r["mode"] for r in rows]
+    assert len(lines[header].split("|")) == len(lines[header + 1].split("|")) == 16
+    body = lines[header + 2:header + 2 + len(rows)]
+    assert [line.split("|")[3].strip() for line in body] == [r["mode"] for r in rows]
+    # issue 27: each file's accuracy, and where it runs fast (export.fast_path)
+    from export.fast_path import fast_path
+
+    assert [line.split("|")[-2].strip() for line in body] == [fast_path(r["format"], r["mode"]) for r in rows]
+    assert [line.split("|")[11].strip() for line in body] == [f"{r['accuracy']:.1%}" for r in rows]
     assert "- a note" in lines
 
 
@@ -290,3 +295,30 @@ def test_the_table_names_the_cpu_and_its_matrix_units(tmp_path):
     assert edge.cpu(info("Old", "avx2")) == "Old (no VNNI, no AMX)"
     assert edge.cpu(str(tmp_path / "missing")) == "unknown CPU"
     assert edge.cpu() in edge.machine()
+
+
+def test_issue_27_bars_on_each_judge():
+    from benchmarks import edge
+
+    def row(model, fmt, mode, agreement, accuracy, ratio=0.3, float_ops=0, judge=0.953):
+        return {"model": model, "format": fmt, "mode": mode, "ratio_1": ratio, "speedup": 1.6, "size_ratio": 0.3,
+                "decisive_top1_agreement": agreement, "float_ops": float_ops, "accuracy": accuracy,
+                "keras_accuracy": 0.95, "judge_accuracy": judge}
+
+    rows = [row("Ti16", "tflite", "int8", 0.922, 0.91), row("Ti16", "tflite", "int8_mixed16", 0.992, 0.957, ratio=0.8),
+            row("Ti16", "onnx", "int8", 0.992, 0.945, ratio=None, float_ops=None),
+            row("S16", "tflite", "int8", 0.995, 0.945, judge=0.94)]
+    got = {b["bar"]: b for b in edge.judge_bars(rows)}
+    assert got["Ti16 judge >= 95% held-out accuracy (360 digits)"] == {
+        "bar": "Ti16 judge >= 95% held-out accuracy (360 digits)", "figure": "95.3%", "met": True}
+    int8 = got["Ti16 tflite int8: agreement >= 99%, accuracy drop <= 1 point, <= 0.4x float32 latency, integer-only"]
+    assert int8["met"] is False and int8["figure"] == "92.2%, drop +4.0 points, 0.30x, 0 float ops"
+    mixed = got["Ti16 tflite int8_mixed16: agreement >= 99%, accuracy drop <= 1 point, <= 0.4x float32 latency, "
+                "integer-only"]
+    assert mixed["met"] is False and "drop -0.7 points, 0.80x" in mixed["figure"]  # accurate, not fast enough
+    assert got["Ti16 onnx int8: agreement >= 99%"] == {"bar": "Ti16 onnx int8: agreement >= 99%", "figure": "99.2%",
+                                                       "met": True}
+    assert got["S16 judge >= 95% held-out accuracy (360 digits)"]["met"] is False
+    s16 = got["S16 tflite int8: agreement >= 99%, accuracy drop <= 1 point, <= 0.4x float32 latency, integer-only"]
+    assert s16["met"] is True and "drop +0.5 points" in s16["figure"]
+    assert got["S16 onnx int8: agreement >= 99%"]["met"] is None
