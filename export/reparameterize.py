@@ -26,9 +26,11 @@ original within a relative 1e-5 of the largest output before anything is
 quantised.
 """
 
+import keras
 import numpy as np
 
 from export.input_range import scale
+from export.signature import ServingGraph
 from keras_vit.layers import TransformerBlock
 
 EXACT_TOLERANCE = 1e-5  # max |new - old| / max |old| over the images, float32
@@ -81,8 +83,6 @@ def balance_layer_norms(model, images, batch_size=32):
         ValueError: a model that is not of that form (no encoder blocks, no `encoder_norm`, `pooling` or
             `predictions` layer).
     """
-    import keras
-
     blocks = _blocks(model)
     names = {layer.name for layer in model.layers}
     if not blocks or not {"encoder_norm", "predictions", "pooling"} <= names:
@@ -142,8 +142,6 @@ def balanced_graph(graph, samples):
     Raises:
         RuntimeError: the rewrite is not exact on the first 64 samples (`check_exact`).
     """
-    from export.signature import ServingGraph
-
     model = graph.model
     names = {layer.name for layer in model.layers}
     if not _blocks(model) or not {"encoder_norm", "predictions", "pooling"} <= names:
