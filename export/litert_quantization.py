@@ -106,6 +106,15 @@ def missing_package(quantization):
     return None
 
 
+def _float_io(manager):
+    """Leaves the graph's input and output float32 (a QUANTIZE after the input, a DEQUANTIZE before the output)."""
+    from litert_quantizer import qtyping
+    from litert_quantizer.algorithm_manager import AlgorithmName
+
+    for io in (qtyping.TFLOperationName.INPUT, qtyping.TFLOperationName.OUTPUT):
+        manager.add_quantization_config(".*", io, algorithm_key=AlgorithmName.NO_QUANTIZE)
+
+
 def recipe(quantization):
     """The LiteRT Quantizer recipe (a list of dicts, JSON-serialisable) of one of `LITERT_QUANTIZATIONS`.
 
@@ -114,23 +123,20 @@ def recipe(quantization):
         ImportError: `litert_quantizer` is not installed.
     """
     from litert_quantizer import qtyping
-    from litert_quantizer.algorithm_manager import AlgorithmName
     from litert_quantizer.recipe_manager import RecipeManager
 
     every = qtyping.TFLOperationName.ALL_SUPPORTED
     manager = RecipeManager()
     if quantization == "int16x8":
         manager.add_static_config(".*", every, activation_num_bits=16, weight_num_bits=8)
-        for io in (qtyping.TFLOperationName.INPUT, qtyping.TFLOperationName.OUTPUT):  # float32 I/O
-            manager.add_quantization_config(".*", io, algorithm_key=AlgorithmName.NO_QUANTIZE)
+        _float_io(manager)
     elif quantization == "int8_mixed16":
         manager.add_static_config(".*", every, activation_num_bits=8, weight_num_bits=8)
         for regex, ops in MIXED16_OPS:
             for op in ops:
                 manager.add_static_config(regex, getattr(qtyping.TFLOperationName, op), activation_num_bits=16,
                                           weight_num_bits=8)
-        for io in (qtyping.TFLOperationName.INPUT, qtyping.TFLOperationName.OUTPUT):  # float32 I/O
-            manager.add_quantization_config(".*", io, algorithm_key=AlgorithmName.NO_QUANTIZE)
+        _float_io(manager)
     elif quantization == "weight_only_int8":
         manager.add_weight_only_config(".*", every, num_bits=8)
     elif quantization == "weight_only_int4":

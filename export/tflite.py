@@ -167,7 +167,7 @@ def export_tflite(
             `export.signature.ServingGraph` of one.
         path: `.tflite` file to write (temporary name, then moved).
         quantization: one of `QUANTIZATIONS`.
-        representative_data: calibration images for "int8" and "int16x8"; see
+        representative_data: calibration images for "int8", "int8_mixed16" and "int16x8"; see
             `representative_samples` (tf.data, NumPy or image folder).
         io_type: "float32" (default), "int8" or "uint8" (int8 only).
         metadata: None, or a dict for `export.metadata.write_metadata`
