@@ -60,6 +60,13 @@ def _fold(norm, centre, scale, readers):
         reader.set_weights([kernel.astype("float32"), (bias + shift).astype("float32")])
 
 
+def rewritable(model):
+    """True if `balance_layer_norms` can rewrite `model`: a functional keras_vit ViT with encoder blocks,
+    `encoder_norm`, `pooling` and a head `predictions` at its top level (not one nested in a wrapper model)."""
+    names = {layer.name for layer in model.layers}
+    return bool(_blocks(model)) and {"encoder_norm", "predictions", "pooling"} <= names
+
+
 def _blocks(model):
     return [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
 
@@ -83,11 +90,9 @@ def balance_layer_norms(model, images, batch_size=32):
         ValueError: a model that is not of that form (no encoder blocks, no `encoder_norm`, `pooling` or
             `predictions` layer).
     """
-    blocks = _blocks(model)
-    names = {layer.name for layer in model.layers}
-    if not blocks or not {"encoder_norm", "predictions", "pooling"} <= names:
+    if not rewritable(model):
         raise ValueError("balance_layer_norms needs a keras_vit ViT with encoder blocks, `encoder_norm`, `pooling` and "
-                         f"a Dense head `predictions`. Received: a model with layers {sorted(names)}")
+                         f"a Dense head `predictions`. Received: a model with layers {sorted(layer.name for layer in model.layers)}")
     copy = keras.models.clone_model(model)
     copy.set_weights(model.get_weights())
     images = np.asarray(images, "float32")
@@ -104,7 +109,8 @@ def balance_layer_norms(model, images, batch_size=32):
               [attention._query_dense, attention._key_dense, attention._value_dense])
         centre, spread = _stats(np.asarray(block.norm_2(mid)))
         _fold(block.norm_2, centre, _scales(spread), [block.mlp_dense_1])
-    reader = copy.get_layer("pre_logits") if "pre_logits" in names else copy.get_layer("predictions")
+    reader = copy.get_layer("pre_logits") if any(layer.name == "pre_logits" for layer in copy.layers) \
+        else copy.get_layer("predictions")
     centre, spread = _stats(inputs[-1])
     _fold(copy.get_layer("encoder_norm"), centre, _scales(spread), [reader])
     return copy
@@ -143,8 +149,7 @@ def balanced_graph(graph, samples):
         RuntimeError: the rewrite is not exact on the first 64 samples (`check_exact`).
     """
     model = graph.model
-    names = {layer.name for layer in model.layers}
-    if not _blocks(model) or not {"encoder_norm", "predictions", "pooling"} <= names:
+    if not rewritable(model):
         return graph, False
     images = np.asarray(scale(samples, graph.input_range, graph.model_range), "float32")
     balanced = balance_layer_norms(model, images)

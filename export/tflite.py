@@ -321,11 +321,8 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
                 source.close()
         content = quantize(float_content, quantization, samples, name=name, progress=progress)
         check_builtin_ops(content, name)
-        if quantization == "int8_mixed16":  # its int8 attention matmuls, as "int8"'s below: XNNPACK's operands
-            from export.int8_graph import symmetric_matmul_operands
-
-            content, _ = symmetric_matmul_operands(content)
-            check_integer_only(content, name)
+        if quantization == "int8_mixed16":  # its int8 attention matmuls, as "int8"'s below
+            content = _integer_only(content, name)
         return content
 
     converter = tf.lite.TFLiteConverter.from_saved_model(graph.saved_model_dir())
@@ -353,13 +350,7 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
         ) from None
     check_builtin_ops(content, name)
     if quantization == "int8":
-        # TF's converter gives the attention matmuls' second operand (k^T, v) a nonzero zero point, and
-        # XNNPACK declines such an int8 BATCH_MATMUL: 1.9x float32's latency on ViT-Ti/16 (issue 11).
-        # Quantisation parameters only; see export/int8_graph.py and docs/traps.md.
-        from export.int8_graph import symmetric_matmul_operands
-
-        content, _ = symmetric_matmul_operands(content)
-        check_integer_only(content, name)
+        content = _integer_only(content, name)
     return content
 
 
@@ -401,6 +392,20 @@ def float_ops(content):
         if any(i in dtypes and np.issubdtype(dtypes[i], np.floating) for i in ins + outs):
             found.append((op["index"], op["op_name"]))
     return found
+
+
+def _integer_only(content, name):
+    """An integer-only file made fast and checked: symmetric attention-matmul operands, then no float op.
+
+    TF's converter (and LiteRT Quantizer) gives the attention matmuls' second operand (k^T, v) a nonzero zero point,
+    and XNNPACK declines such an int8 BATCH_MATMUL: 1.9x float32's latency on ViT-Ti/16 (issue 11). Quantisation
+    parameters only; see export/int8_graph.py and docs/traps.md. Raises RuntimeError (`check_integer_only`).
+    """
+    from export.int8_graph import symmetric_matmul_operands
+
+    content, _ = symmetric_matmul_operands(content)
+    check_integer_only(content, name)
+    return content
 
 
 def check_integer_only(content, name="model"):
