@@ -23,6 +23,7 @@ from keras_vit.models import (
 from keras_vit.preprocessing import decode_predictions, preprocess_input
 from keras_vit import weights  # noqa: E402 (after models: it builds them lazily)
 from keras_vit import training  # noqa: E402, F401 (registers its optimizers, so saved models load after `import keras_vit`)
+from keras_vit import pretraining  # noqa: E402, F401 (registers MaskedPatchPrediction, for the same reason)
 from keras_vit.resize import resize  # noqa: E402
 
 __version__ = "0.1.0"
