@@ -488,7 +488,7 @@ def merge(result, earlier):
 
 def update_readme(table, readme=os.path.join(HERE, "README.md")):
     """Puts `table` between the edge markers of benchmarks/README.md (written to a temporary file, then moved)."""
-    from keras_vit._files import staged
+    from keras_vit.common.files import staged
 
     text = open(readme).read()
     if README_BEGIN not in text or README_END not in text:
@@ -578,7 +578,7 @@ def main(argv=None):
     print()
     print(table)
     if args.output:
-        from keras_vit._files import staged
+        from keras_vit.common.files import staged
 
         with staged(args.output, overwrite=True) as tmp, open(tmp, "w") as f:
             json.dump(result, f, indent=1)

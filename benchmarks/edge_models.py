@@ -89,7 +89,7 @@ def trained(name, *, seed=TRAIN_SEED, schedule=None, augment="default", batch_si
 
     import keras_vit
     from keras_vit import data, training
-    from keras_vit._files import staged
+    from keras_vit.common.files import staged
 
     schedule = tuple(TRAIN_SCHEDULE.get(name, ((32, 1, 5e-4),)) if schedule is None else schedule)
     augment = TRAIN_AUGMENT.get(name) if augment == "default" else augment

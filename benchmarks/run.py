@@ -587,7 +587,7 @@ def main(argv=None):
     table = markdown(result)
     print()
     print(table)
-    from keras_vit._files import staged
+    from keras_vit.common.files import staged
 
     stem = "latest" if not failed else "incomplete"  # a run with missing figures never replaces the last good one
     for suffix, text in ((".json", json.dumps(result, indent=1)), (".md", table + "\n")):

@@ -47,7 +47,8 @@ import time
 
 import numpy as np
 
-from keras_vit import _files, data, inspect, pretraining
+from keras_vit import data, inspect, pretraining
+from keras_vit.common import files as _files
 from keras_vit import pretrain as pretrain_cli
 from keras_vit import train as train_cli
 

@@ -38,7 +38,8 @@ import keras
 import numpy as np
 
 import keras_vit
-from keras_vit import _files, data, training
+from keras_vit import data, training
+from keras_vit.common import files as _files
 from keras_vit import train as train_cli
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 

@@ -16,7 +16,9 @@ from export.input_range import RANGES, parse_input_range, range_name
 from export.onnx_quantization import ONNX_QUANTIZATIONS
 from export.pipeline import FORMATS
 from export.tflite import CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, REFUSED
-from keras_vit import _cli, _console, _files
+from keras_vit.cli import text as _cli
+from keras_vit.cli import console as _console
+from keras_vit.common import files as _files
 
 
 def _input_range(value):
@@ -84,7 +86,7 @@ def main(argv=None):
     """Console entry point; returns 0, or exits 1 (verification failed), 2 (bad input) or 143 (SIGTERM).
 
     A SIGTERM removes the staging folder and every temporary file, and ends the
-    process with status 143 (`keras_vit._files.exit_on_sigterm`).
+    process with status 143 (`keras_vit.common.files.exit_on_sigterm`).
     """
     with _files.exit_on_sigterm(), _console.output_filter(_console.CONVERTER_NOISE):  # from _console.start() on
         return _main(argv)

@@ -9,7 +9,7 @@ Its extension needs the Debian package `libusb-1.0-0`.
 import json
 import os
 
-from keras_vit import _files
+from keras_vit.common import files as _files
 
 # preprocess_input's scaling, (x - 127.5) / 127.5, as the metadata's normalization options.
 NORM_MEAN = 127.5

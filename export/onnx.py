@@ -2,7 +2,7 @@
 
 import weakref
 
-from keras_vit import _files
+from keras_vit.common import files as _files
 from export.onnx_quantization import calibration_samples, check_onnx_quantization, quantize
 from export.input_range import UNIT, scale
 from export.signature import INPUT_NAME, OUTPUT_NAME, PIXELS_INPUT_NAME, prepare

@@ -27,7 +27,7 @@ import os
 
 import numpy as np
 
-from keras_vit import _files
+from keras_vit.common import files as _files
 
 ONNX_QUANTIZATIONS = ("float32", "dynamic_int8", "int8")
 # Static int8, measured with `python -m benchmarks.onnx_int8` (the tests' trained 16 px ViT on 360 held-out digits;

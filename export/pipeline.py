@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from keras_vit import _files
+from keras_vit.common import files as _files
 from export.input_range import RANGES, UNIT, UNREAD, describe, parse_input_range, scale
 from export.onnx import check_opset
 from export.onnx_quantization import ONNX_QUANTIZATIONS, onnx_file

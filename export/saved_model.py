@@ -2,7 +2,7 @@
 
 import shutil
 
-from keras_vit import _files
+from keras_vit.common import files as _files
 from export.input_range import UNIT, scale
 from export.signature import INPUT_NAME, OUTPUT_NAME, prepare
 from export.verify import Artifact, check_artifact, verification_images

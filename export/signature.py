@@ -27,8 +27,8 @@ import re
 import tempfile
 import zipfile
 
-from keras_vit import _files
-from keras_vit._validation import is_int
+from keras_vit.common import files as _files
+from keras_vit.common.validation import is_int
 from export.input_range import PIXELS, READ, UNIT, model_input_range, parse_input_range, range_name, scale
 from export.scores import SCORES, apply_activation, score_kind, sigmoid, softmax  # noqa: F401 (export.signature's names too)
 from export.sizes import (  # noqa: F401 (export.signature's names too)

@@ -1,6 +1,6 @@
 """A model's image size as export sees it: fixed or any resolution, the patch cell, the sizes artifacts take."""
 
-from keras_vit._validation import is_int
+from keras_vit.common.validation import is_int
 
 
 def image_shape(model):

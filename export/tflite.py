@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 
-from keras_vit import _files
+from keras_vit.common import files as _files
 from keras_vit.layers.classifier_head import check_class_names
 from export.litert_quantization import CALIBRATED as _LITERT_CALIBRATED
 from export.litert_quantization import LITERT_QUANTIZATIONS, missing_package

@@ -50,7 +50,7 @@ Keras backend (Keras' preprocessing layers switch to TensorFlow there), so
 the model and its XLA-compiled train step are untouched.
 """
 
-from keras_vit._backend import tensorflow
+from keras_vit.common.backend import tensorflow
 
 tf = tensorflow("keras_vit.augmentation (tf.data augmentation)")
 
@@ -61,7 +61,7 @@ import numbers  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from keras_vit._validation import is_int  # noqa: E402
+from keras_vit.common.validation import is_int  # noqa: E402
 
 GEOMETRIC = (None, "crop", "crop_flip", "affine")
 MAX_MAGNITUDE = 30

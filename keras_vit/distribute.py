@@ -18,7 +18,7 @@ See docs/scaling.md for the commands on several GPUs, several hosts and TPUs.
 import json
 import os
 
-from keras_vit._backend import backend, tensorflow
+from keras_vit.common.backend import backend, tensorflow
 
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
@@ -50,7 +50,7 @@ def get_strategy(name="default", devices=None, tpu=None):
     """
     tf = tensorflow("tf.distribute strategies (keras_vit.distribute, keras-vit-train --strategy)")
 
-    from keras_vit._validation import check_choice
+    from keras_vit.common.validation import check_choice
 
     check_choice("strategy", name, STRATEGIES)
     if devices is not None and name != "mirrored":

@@ -13,7 +13,7 @@ train and the test step are traced, under every backend.
 import keras
 from keras import ops
 
-from keras_vit._validation import check_bool, check_rate
+from keras_vit.common.validation import check_bool, check_rate
 
 
 def soft_labels(y_true, y_pred):

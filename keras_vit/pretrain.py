@@ -44,8 +44,9 @@ name and moved into place; an existing `backbone.keras` is kept unless
 import os
 import sys
 
-from keras_vit import _cli, _files
-from keras_vit._cli_args import (
+from keras_vit.cli import text as _cli
+from keras_vit.common import files as _files
+from keras_vit.cli.args import (
     add_data_arguments,
     add_model_arguments,
     add_output_arguments,
@@ -53,7 +54,7 @@ from keras_vit._cli_args import (
     cli,
     require_tensorflow,
 )
-from keras_vit._run_files import _atomic_write, _plot_history, _write_json
+from keras_vit.cli.run_files import _atomic_write, _plot_history, _write_json
 from keras_vit.train import (
     _check_run_args,
     _fit,
@@ -199,7 +200,7 @@ def main(argv=None):
     """Console entry point; returns the process exit code (0 ok, 2 bad input; 143 after a SIGTERM).
 
     A SIGTERM removes the temporary files of what was being written and ends
-    the process with status 143 (`keras_vit._files.exit_on_sigterm`); the
+    the process with status 143 (`keras_vit.common.files.exit_on_sigterm`); the
     backup folder stays, and a rerun resumes from it.
     """
     require_tensorflow("keras-vit-pretrain")

@@ -22,7 +22,7 @@ CutMix with both alphas: one of the two per batch (DeiT).
 """
 
 from keras_vit import augmentation
-from keras_vit._validation import check_choice, check_rate
+from keras_vit.common.validation import check_choice, check_rate
 
 SETTINGS = ("rand_augment", "mixup_alpha", "cutmix_alpha", "random_erasing", "label_smoothing", "dropout_rate",
             "stochastic_depth_rate")

@@ -5,7 +5,7 @@ import copy
 import keras
 import numpy as np
 
-from keras_vit._validation import check_choice
+from keras_vit.common.validation import check_choice
 from keras_vit.layers import ImageSizeCheck, PatchEncoder, Patches
 from keras_vit.layers.position_embedding import INTERPOLATIONS
 from keras_vit.models.resnet import output_stride

@@ -39,7 +39,7 @@ the training split (`keras_vit.data.stratified_subset`: each class keeps
 round(F x its count)); the held-out split is unchanged, and a fraction that
 leaves a class with no image is refused (exit 2).
 
-The argument groups (`keras_vit._cli_args`) and the run helpers here are
+The argument groups (`keras_vit.cli.args`) and the run helpers here are
 shared with `keras-vit-pretrain` (`keras_vit.pretrain`).
 
 Each file is written to a temporary name in the same folder and moved into
@@ -51,8 +51,12 @@ import os
 import sys
 import time
 
-from keras_vit import _cli, _files, _init_from, _run_files, _train_weights
-from keras_vit._cli_args import (  # noqa: F401 (DEFAULTS and the argument groups are keras_vit.train's names too)
+from keras_vit.cli import text as _cli
+from keras_vit.common import files as _files
+from keras_vit.cli import init_from as _init_from
+from keras_vit.cli import run_files as _run_files
+from keras_vit.cli import train_weights as _train_weights
+from keras_vit.cli.args import (  # noqa: F401 (DEFAULTS and the argument groups are keras_vit.train's names too)
     DEFAULTS,
     add_data_arguments,
     add_model_arguments,
@@ -62,8 +66,8 @@ from keras_vit._cli_args import (  # noqa: F401 (DEFAULTS and the argument group
     cli,
     require_tensorflow,
 )
-from keras_vit._backend import backend
-from keras_vit._run_files import (
+from keras_vit.common.backend import backend
+from keras_vit.cli.run_files import (
     _atomic_write,
     _backed_up_epoch,
     _check_backup_dir,
@@ -476,7 +480,7 @@ def main(argv=None):
     """Console entry point; returns the process exit code (0 ok, 2 bad input; 143 after a SIGTERM).
 
     A SIGTERM removes the temporary files of what was being written and ends
-    the process with status 143 (`keras_vit._files.exit_on_sigterm`); the
+    the process with status 143 (`keras_vit.common.files.exit_on_sigterm`); the
     backup folder stays, and a rerun resumes from it.
     """
     with _files.exit_on_sigterm():

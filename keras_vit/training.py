@@ -13,9 +13,9 @@ soft labels of Mixup and CutMix alike.
 import keras
 from keras import ops
 
-from keras_vit._backend import backend
+from keras_vit.common.backend import backend
 from keras_vit.losses import Accuracy, Crossentropy, SparseCategoricalCrossentropyWithSmoothing  # noqa: F401 (names here too)
-from keras_vit._validation import check_bool, check_choice, check_positive_int, check_rate
+from keras_vit.common.validation import check_bool, check_choice, check_positive_int, check_rate
 
 OPTIMIZERS = ("sgd", "adamw")
 # Variables that AdamW's decoupled weight decay leaves alone (biases, LayerNorm

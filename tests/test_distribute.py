@@ -62,7 +62,7 @@ def test_tpu_strategy_without_a_tpu_is_a_clear_error():
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
     # With the deit recipe: RandAugment, erasing, Mixup and CutMix are replayed, and stochastic depth draws the
-    # masks of an uninterrupted run (its seed states are in the backup: keras_vit._run_files.backup_callback).
+    # masks of an uninterrupted run (its seed states are in the backup: keras_vit.cli.run_files.backup_callback).
     args = ["--epochs", "4", "--batch-size", "16", "--recipe", "deit"]
     assert _train(tmp_path / "whole", *args).returncode == 0
     out = tmp_path / "killed"

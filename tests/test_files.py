@@ -1,17 +1,17 @@
-"""keras_vit._files: write-then-move, and what a SIGTERM leaves behind."""
+"""keras_vit.common.files: write-then-move, and what a SIGTERM leaves behind."""
 
 import os
 import signal
 import subprocess
 import sys
 
-from keras_vit import _files
+from keras_vit.common import files as _files
 
 # A SIGTERM that Python delivers while a `__del__` runs (TensorFlow has many). A handler that raises SystemExit
 # there is printed as "Exception ignored" and the program runs on: the CI failure of the export CLI's SIGTERM test.
 KILLED_IN_DEL = r"""
 import gc, os, signal, sys
-from keras_vit import _files
+from keras_vit.common import files as _files
 
 class Finalised:
     def __del__(self):
@@ -54,7 +54,7 @@ def test_handler_is_restored_and_paths_are_forgotten(tmp_path):
 
 KILLED_WHILE_DEFERRED = r"""
 import os, signal, sys
-from keras_vit import _files
+from keras_vit.common import files as _files
 
 out = sys.argv[1]
 with _files.exit_on_sigterm():

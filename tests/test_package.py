@@ -24,7 +24,7 @@ def test_keras_vit_never_imports_export_or_its_runtimes():
 def test_layer_and_model_modules_do_not_import_the_weights_package():
     for folder in ("layers", "models"):
         for path in (ROOT / "keras_vit" / folder).rglob("*.py"):
-            top_level = [n for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+            top_level = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, (ast.Import, ast.ImportFrom))]  # inside functions too
             names = [a.name for n in top_level for a in n.names] + [n.module or "" for n in top_level if isinstance(n, ast.ImportFrom)]
             assert not [n for n in names if "weights" in n], path
 

@@ -100,8 +100,8 @@ def test_checks_that_need_no_data_run_before_the_data_is_read(tmp_path, capsys, 
 
 
 def test_library_errors_name_flags_not_parameters(tmp_path, capsys):
-    from keras_vit._cli import suggestion
-    from keras_vit._cli_args import flag_names
+    from keras_vit.cli.text import suggestion
+    from keras_vit.cli.args import flag_names
     from tests.test_data import _write_image_folder
 
     parser = train.build_parser()

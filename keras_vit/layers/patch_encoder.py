@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit._validation import check_bool, check_choice, check_grid, check_positive_int, check_rate, is_int
+from keras_vit.common.validation import check_bool, check_choice, check_grid, check_positive_int, check_rate, is_int
 from keras_vit.layers.quantized_sublayers import QuantizedSublayers
 from keras_vit.layers.position_embedding import (
     INTERPOLATIONS,

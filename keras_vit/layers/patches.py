@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit._validation import check_bool, check_channels_last, check_positive_int, is_int
+from keras_vit.common.validation import check_bool, check_channels_last, check_positive_int, is_int
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

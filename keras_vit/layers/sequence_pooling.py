@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit._validation import check_choice
+from keras_vit.common.validation import check_choice
 
 POOLING_MODES = ("token", "avg", "max")
 

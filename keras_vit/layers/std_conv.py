@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit._validation import check_channels_last
+from keras_vit.common.validation import check_channels_last
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

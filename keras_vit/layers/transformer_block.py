@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_vit._validation import check_bool, check_positive_int, check_rate
+from keras_vit.common.validation import check_bool, check_positive_int, check_rate
 from keras_vit.layers.normalization import LayerNormalization
 from keras_vit.layers.quantized_sublayers import QuantizedSublayers
 

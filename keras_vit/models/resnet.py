@@ -19,7 +19,7 @@ four. Layer names follow the checkpoint names with "_" for "/"
 
 import keras
 
-from keras_vit._validation import check_channels_last
+from keras_vit.common.validation import check_channels_last
 from keras_vit.layers import GroupNormalization, StdConv2D
 
 GROUPS = 32

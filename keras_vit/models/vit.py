@@ -5,7 +5,7 @@ import os
 import keras
 import numpy as np
 
-from keras_vit._validation import (
+from keras_vit.common.validation import (
     check_bool,
     check_channels_last,
     check_choice,
@@ -18,6 +18,7 @@ from keras_vit.layers import (ClassifierHead, ImageSizeCheck, LayerNormalization
                               TransformerBlock)
 from keras_vit.layers.classifier_head import check_class_names
 from keras_vit.layers.position_embedding import INTERPOLATIONS, POSITION_EMBEDDINGS
+from keras_vit.models import checkpoint_hook
 from keras_vit.models.resnet import output_stride as resnet_output_stride
 from keras_vit.models.resnet import resnet_features
 
@@ -324,9 +325,7 @@ def VisionTransformer(
                 f"Received: weights={weights!r}"
             ) from None
     elif weights_kind == "checkpoint":
-        from keras_vit.weights import load_pretrained  # keras_vit.weights stays out of the model module's imports
-
-        load_pretrained(model, weights)
+        checkpoint_hook.loader("load")(model, weights)  # keras_vit.weights' loader: models never imports weights
     return model
 
 
@@ -347,9 +346,7 @@ def _check_weights(weights):
     if weights is None:
         return "none"
     if isinstance(weights, str):  # names win over a file or folder of the same name in the working directory
-        from keras_vit.weights.registry import CHECKPOINTS
-
-        if weights in PRETRAINED_NAMES or weights in CHECKPOINTS:
+        if _is_name(weights):
             return "checkpoint"
     if not isinstance(weights, (str, os.PathLike)) or not os.path.isfile(weights):
         raise ValueError(
@@ -367,18 +364,12 @@ def _check_weights(weights):
 
 
 def _is_name(weights):
-    from keras_vit.weights.registry import CHECKPOINTS
-
-    return weights in PRETRAINED_NAMES or weights in CHECKPOINTS
+    return weights in PRETRAINED_NAMES or checkpoint_hook.loader("is_name")(weights)
 
 
 def _pretrained_checkpoint(weights, config, input_shape, resnet_num_layers):
     """Returns the registry `Checkpoint` a name means for this configuration; raises ValueError if none."""
-    from keras_vit.models.variants import find_variant
-    from keras_vit.weights.registry import resolve
-
-    variant = find_variant(*config, resnet_num_layers) if input_shape[2] == 3 else None
-    return resolve(weights, variant)
+    return checkpoint_hook.loader("resolve")(weights, config, input_shape, resnet_num_layers)
 
 
 def _resolve_input_shape(input_shape, input_tensor, patch_size, stride=1):

@@ -16,6 +16,7 @@ from keras_vit.weights.checkpoint import infer_config, save_checkpoint
 from keras_vit.weights.loader import LoadReport, load_pretrained, variant_of
 from keras_vit.weights.registry import CHECKPOINTS, DEFAULTS, Checkpoint, fetch, resolve, sha256
 from keras_vit.weights.resample import resample_position_embedding
+from keras_vit.weights import builder_weights  # noqa: F401 (registers VisionTransformer(weights=...)'s loader)
 
 __all__ = [
     "CHECKPOINTS",

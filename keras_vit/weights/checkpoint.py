@@ -55,9 +55,9 @@ def save_checkpoint(model, path, overwrite=False):
             quantised with `model.quantize` (checkpoints hold float weights),
             or a position embedding other than "learned".
     """
-    from keras_vit._files import staged
+    from keras_vit.common.files import staged
 
-    from keras_vit._validation import check_bool
+    from keras_vit.common.validation import check_bool
 
     path = os.fspath(path)
     check_bool("overwrite", overwrite)

@@ -149,7 +149,7 @@ def to_canonical(arrays, num_heads=None):
     if layout in ("huggingface", "timm") and num_heads is None:
         raise CheckpointError(f"A {layout} checkpoint needs `num_heads` (its attention weights are fused)")
     if num_heads is not None:
-        from keras_vit._validation import check_positive_int
+        from keras_vit.common.validation import check_positive_int
 
         num_heads = check_positive_int("num_heads", num_heads)
     convert = {"google": _from_google, "big_vision": _from_big_vision, "huggingface": _from_hf, "timm": _from_timm}

@@ -10,7 +10,7 @@ import numpy as np
 
 from keras_vit.weights import layouts
 from keras_vit.weights.layouts import ATTENTION, BLOCK, LN1, LN2, MLP, POS, CheckpointError
-from keras_vit._validation import is_int
+from keras_vit.common.validation import is_int
 from keras_vit.weights.resample import resample_position_embedding
 
 LOG = logging.getLogger("keras_vit.weights")
@@ -364,7 +364,7 @@ def load_pretrained(
         ValueError: a bad argument, an unknown checkpoint name, or a failed
             or corrupt download.
     """
-    from keras_vit._validation import check_bool, check_choice
+    from keras_vit.common.validation import check_bool, check_choice
     from keras_vit.weights.resample import INTERPOLATIONS
 
     check_choice("head", head, HEAD_MODES)

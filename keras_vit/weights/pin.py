@@ -59,7 +59,7 @@ def pin(names=None, output=None, timeout=60):
         ValueError: an unknown name, or a file that could not be read (the
             output is left as it was).
     """
-    from keras_vit._files import staged
+    from keras_vit.common.files import staged
 
     output = output or registry.PINNED_FILE
     names = list(names or registry.CHECKPOINTS)

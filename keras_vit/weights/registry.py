@@ -10,6 +10,7 @@ only (21843-class head, or an all-zero head where the file has one).
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 
 import keras
@@ -283,9 +284,7 @@ def fetch(checkpoint, cache_dir=None):
             continue
         digest = sha256(path)
         if checkpoint.sha256 is None:
-            from keras_vit.weights.loader import LOG
-
-            LOG.warning("No SHA-256 is pinned for %s; the file %s (%d bytes) has SHA-256 %s", checkpoint.name, path,
+            logging.getLogger("keras_vit.weights").warning("No SHA-256 is pinned for %s; the file %s (%d bytes) has SHA-256 %s", checkpoint.name, path,
                         size, digest)
             return path
         if digest == checkpoint.sha256:

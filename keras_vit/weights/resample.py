@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from keras_vit._validation import check_bool, check_choice, is_int
+from keras_vit.common.validation import check_bool, check_choice, is_int
 
 INTERPOLATIONS = ("bilinear", "bicubic")
 
@@ -124,7 +124,7 @@ def resample_position_embedding(
 
             grid = scipy.ndimage.zoom(grid, (new_rows / rows, new_cols / cols, 1), order=1)
         else:
-            from keras_vit._backend import tensorflow
+            from keras_vit.common.backend import tensorflow
 
             tf = tensorflow("interpolation='bicubic' (TensorFlow's bicubic kernel; the default 'bilinear' needs only SciPy)")
             grid = tf.image.resize(grid, (new_rows, new_cols), method="bicubic", antialias=antialias).numpy()

@@ -219,7 +219,7 @@ def test_digits_calibration_images_are_the_same_every_run(trained_vit):
 
 KILLED_WHILE_PROMOTING = r"""
 import os, signal, sys
-from keras_vit import _files
+from keras_vit.common import files as _files
 from export import __main__ as cli
 
 promote, calls = _files.promote, []

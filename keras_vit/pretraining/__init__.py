@@ -51,7 +51,7 @@ TensorShape([2, 16, 512])
 import keras
 from keras import ops
 
-from keras_vit._masked_patches import (  # noqa: F401 (the data side, public here)
+from keras_vit.pretraining.masked_patches import (  # noqa: F401 (the data side, public here)
     COLOR_LEVELS,
     DOWNSIZED_SIDE,
     KEPT,
@@ -67,7 +67,7 @@ from keras_vit._masked_patches import (  # noqa: F401 (the data side, public her
     patch_targets,
     target_size,
 )
-from keras_vit._validation import check_choice, is_int
+from keras_vit.common.validation import check_choice, is_int
 
 
 def _backbone_layers(backbone):

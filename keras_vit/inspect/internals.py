@@ -1,11 +1,10 @@
-"""Looking inside a ViT: the paper's inspection tools (Sec. 4.5, Figures 6, 7 and 14).
+"""The paper's inspection tools (Sec. 4.5, Figures 6, 7 and 14); public as `keras_vit.inspect.*`.
 
     attention_weights(model, images)          per layer (batch, heads, seq, seq)
     attention_rollout(model, images)          one map per image at the input resolution (Fig. 6, 14)
     mean_attention_distance(model, images)    (layers, heads) in pixels (Fig. 7 right)
     position_embedding_similarity(model)      (rows, cols, rows, cols) cosines (Fig. 7 centre)
     embedding_filters(model, n)               top principal components of the patch filters (Fig. 7 left)
-    masked_patch_prediction(model, images)    corrupted inputs, predicted and true mean colours (Sec. 4.6)
     plot_*(..., path)                         PNG figures of each (matplotlib)
 
 The pure-array functions `rollout` and `attention_distance` hold the
@@ -15,7 +14,7 @@ mathematics and take plain NumPy arrays.
 import keras
 import numpy as np
 
-from keras_vit._validation import check_positive_int
+from keras_vit.common.validation import check_positive_int
 
 
 def _describe(model):
@@ -261,7 +260,7 @@ def _figure_to_png(fig, path, overwrite=True):
     """Writes `fig` as PNG through a temporary file; never replaces a folder."""
     import matplotlib.pyplot as plt
 
-    from keras_vit._files import staged
+    from keras_vit.common.files import staged
 
     try:
         with staged(str(path), overwrite) as tmp:
@@ -374,11 +373,3 @@ def plot_embedding_filters(filters, path, overwrite=True):
     fig.suptitle("RGB embedding filters (principal components)")
     return _figure_to_png(fig, path, overwrite)
 
-
-# Masked patch prediction's figures (Sec. 4.6) live in keras_vit/_inspect_masked.py; public here.
-from keras_vit._inspect_masked import (  # noqa: E402, F401
-    corrupted_images,
-    masked_patch_prediction,
-    mean_color_image,
-    plot_masked_patch_prediction,
-)

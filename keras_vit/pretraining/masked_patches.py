@@ -15,11 +15,11 @@ import numbers
 
 import numpy as np
 
-from keras_vit._backend import tensorflow
+from keras_vit.common.backend import tensorflow
 
 tf = tensorflow("Masked patch prediction's data side (keras_vit.pretraining: targets, corruption, tf.data)")
 
-from keras_vit._validation import check_choice, check_positive_int, is_int  # noqa: E402
+from keras_vit.common.validation import check_choice, check_positive_int, is_int  # noqa: E402
 
 # "downsized" is the cell area-averaged to 4 x 4 pixels: with a 4-px cell it equals "full"; with cells smaller than
 # 4 px it is upsampled (a 2-px cell's pixels each repeated twice a side), not downsized.

@@ -1,6 +1,6 @@
 """tf.data input pipelines for ViT: TFDS, image folders, NumPy arrays, digits.
 
-Every loader ends in the same pipeline (`keras_vit._pipeline.finish`): optional shuffle with a
+Every loader ends in the same pipeline (`keras_vit.data.pipeline.finish`): optional shuffle with a
 seed, conversion to `channels`, bilinear resize to `image_size`, optional
 augmentation (geometric, then RandAugment and random erasing:
 `keras_vit.augmentation`), scaling to [-1, 1] with
@@ -32,14 +32,15 @@ import os
 
 import numpy as np
 
-from keras_vit._backend import tensorflow
+from keras_vit.common.backend import tensorflow
 
 tf = tensorflow("keras_vit.data (tf.data input pipelines)")
 
-from keras_vit import _pipeline, augmentation  # noqa: E402
-from keras_vit._image_files import _check_decodable, _check_image_file, _read_image  # noqa: E402
-from keras_vit._subsets import _labels_subset, stratified_subset  # noqa: E402, F401 (public here)
-from keras_vit._validation import check_choice  # noqa: E402
+from keras_vit import augmentation  # noqa: E402
+from keras_vit.data import pipeline as _pipeline
+from keras_vit.data.image_files import _check_decodable, _check_image_file, _read_image  # noqa: E402
+from keras_vit.data.subsets import _labels_subset, stratified_subset  # noqa: E402, F401 (public here)
+from keras_vit.common.validation import check_choice  # noqa: E402
 
 AUGMENTATIONS = _pipeline.AUGMENTATIONS
 IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
@@ -300,7 +301,7 @@ def from_directory(
     (RLE-compressed, 16 bits per pixel, an OS/2 header, other bit fields) is
     refused then, with the file's name. Then every listed file (of
     `subset`, after `labels_fraction`) is decoded once with the pipeline's
-    own decoder (`keras_vit._image_files._check_decodable`; about 0.3 ms a
+    own decoder (`keras_vit.data.image_files._check_decodable`; about 0.3 ms a
     small file on a 2-core CPU: 0.66 s for 2,000 PNGs of 32x32 px), so that
     an empty, cut-short, unreadable or non-image file is refused here,
     named by its path, rather than failing the first training step.

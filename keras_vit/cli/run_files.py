@@ -5,7 +5,7 @@ keras-vit-pretrain (keras_vit/train.py, keras_vit/pretrain.py)."""
 import json
 import os
 
-from keras_vit import _files
+from keras_vit.common import files as _files
 
 
 def _atomic_write(path, write):

@@ -24,7 +24,7 @@ the GIF89a specification (graphic control extension, section 23).
 import os
 import re
 
-from keras_vit._backend import tensorflow
+from keras_vit.common.backend import tensorflow
 
 tf = tensorflow("Reading image files (keras_vit.data)")
 

@@ -9,8 +9,8 @@
 import keras
 import numpy as np
 
-from keras_vit._validation import check_positive_int
-from keras_vit.inspect import _as_images, _figure_to_png, _pyplot
+from keras_vit.common.validation import check_positive_int
+from keras_vit.inspect.internals import _as_images, _figure_to_png, _pyplot
 
 def _mean_color_levels(classes, channels):
     """(..., channels) int levels in [0, 8) of 3-bit mean-colour classes (first channel most significant)."""
@@ -162,7 +162,7 @@ def masked_patch_prediction(model, images, corruption=None, source=None, *, seed
         ImportError: TensorFlow is not installed (the targets and the
             corruption are `keras_vit.pretraining`'s TensorFlow data side).
     """
-    from keras_vit._backend import tensorflow
+    from keras_vit.common.backend import tensorflow
 
     tf = tensorflow("inspect.masked_patch_prediction (keras_vit.pretraining's targets and corruption)")
     from keras_vit import pretraining

@@ -6,12 +6,12 @@ yields); the argument checks the loaders share are here too.
 
 import numpy as np
 
-from keras_vit._backend import tensorflow
+from keras_vit.common.backend import tensorflow
 
 tf = tensorflow("keras_vit.data (tf.data input pipelines)")
 
 from keras_vit import augmentation  # noqa: E402
-from keras_vit._validation import check_choice, check_positive_int  # noqa: E402
+from keras_vit.common.validation import check_choice, check_positive_int  # noqa: E402
 
 AUGMENTATIONS = augmentation.GEOMETRIC
 

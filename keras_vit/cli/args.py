@@ -1,7 +1,7 @@
 """What `keras-vit-train` and `keras-vit-pretrain` share as command lines: the argument groups and the errors.
 
-Their parsers are `keras_vit._cli.ArgumentParser` ("did you mean" for a
-mistyped flag or choice) finished by `keras_vit._cli.complete_help` (every
+Their parsers are `keras_vit.cli.text.ArgumentParser` ("did you mean" for a
+mistyped flag or choice) finished by `keras_vit.cli.text.complete_help` (every
 flag's default in `--help`; a flag's own help text says it where the
 default needs words, e.g. "default: every epoch"). `cli` runs a
 command and turns a `ValueError` into one line and exit status 2, with the
@@ -14,7 +14,7 @@ take (`add_data_arguments` ... `add_output_arguments`) are here too.
 import argparse
 import sys
 
-from keras_vit import _cli
+from keras_vit.cli import text as _cli
 
 # Library parameters whose flag is not "--" + the name with dashes (keras_vit.data, the builders).
 PARAMETER_FLAGS = {
@@ -180,7 +180,7 @@ def flag_names(message, parser):
     num_heads=3" becomes "--hidden-size must be divisible by --num-heads.
     Received: --hidden-size 128, --num-heads 3". A parameter is a flag's
     `dest` or a key of `PARAMETER_FLAGS` (`directory` -> `--image-folder`);
-    the rewriting is `keras_vit._cli.flag_names`'.
+    the rewriting is `keras_vit.cli.text.flag_names`'.
     """
     flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings and a.dest != "help"}
     flags.update(PARAMETER_FLAGS)
@@ -190,7 +190,7 @@ def flag_names(message, parser):
 def require_tensorflow(prog):
     """Exits with status 2 and one line naming the extra to install when TensorFlow is missing (the training
     command lines read their data through tf.data); call it before anything imports TensorFlow."""
-    from keras_vit._backend import tensorflow
+    from keras_vit.common.backend import tensorflow
 
     try:
         tensorflow(f"{prog} (its input pipelines are tf.data)")
@@ -207,7 +207,7 @@ def cli(parser, argv, run_fn, summary):
     cannot decode exits with status 2 and one line, no traceback. The
     global Keras dtype policy (set by --precision) is given back.
     """
-    from keras_vit import _console
+    from keras_vit.cli import console as _console
 
     args = parser.parse_args(argv)
     _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
