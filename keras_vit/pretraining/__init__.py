@@ -4,7 +4,7 @@ The model and its compile step are in `model.py`; `masked_patches.py` holds the 
 corruption and the data set.
 """
 
-from keras_vit.pretraining.model import (  # noqa: F401
+from keras_vit.pretraining.masked_patches import (  # noqa: F401
     COLOR_LEVELS,
     DOWNSIZED_SIDE,
     KEPT,
@@ -19,7 +19,5 @@ from keras_vit.pretraining.model import (  # noqa: F401
     masked_patch_dataset,
     patch_targets,
     target_size,
-    backbone_cell_size,
-    MaskedPatchPrediction,
-    compile_pretraining,
 )
+from keras_vit.pretraining.model import MaskedPatchPrediction, backbone_cell_size, compile_pretraining  # noqa: F401

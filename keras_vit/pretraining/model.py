@@ -51,22 +51,7 @@ TensorShape([2, 16, 512])
 import keras
 from keras import ops
 
-from keras_vit.pretraining.masked_patches import (  # noqa: F401 (the data side, public here)
-    COLOR_LEVELS,
-    DOWNSIZED_SIDE,
-    KEPT,
-    LEVEL_EPSILON,
-    MASK_SHARE,
-    MASKED,
-    REPLACE_SHARE,
-    REPLACED,
-    TARGETS,
-    UNTOUCHED,
-    corruption,
-    masked_patch_dataset,
-    patch_targets,
-    target_size,
-)
+from keras_vit.pretraining.masked_patches import MASKED, REPLACED, TARGETS, target_size
 from keras_vit.common.validation import check_choice, is_int
 
 
