@@ -5,6 +5,7 @@ from keras_vit.cli import console as _console
 _console.quiet_start()  # before TensorFlow loads; a no-op unless this process is a keras-vit-* command line
 
 from keras_vit import layers  # noqa: E402
+from keras_vit.common import backend as _backend  # noqa: E402
 from keras_vit.models import (
     VisionTransformer,
     ViTB8,
@@ -23,7 +24,10 @@ from keras_vit.models import (
 from keras_vit.preprocessing import decode_predictions, preprocess_input
 from keras_vit import weights  # noqa: E402 (after models: it builds them lazily)
 from keras_vit import training  # noqa: E402, F401 (registers its optimizers, so saved models load after `import keras_vit`)
-from keras_vit import pretraining  # noqa: E402, F401 (registers MaskedPatchPrediction, for the same reason)
+# Registers MaskedPatchPrediction for the same reason. Pre-training's data side needs TensorFlow, which the JAX
+# and PyTorch backends may run without: there `from keras_vit import pretraining` registers it.
+if _backend.backend() == "tensorflow":
+    from keras_vit import pretraining  # noqa: E402, F401
 from keras_vit.resize import resize  # noqa: E402
 
 __version__ = "0.1.0"
