@@ -101,17 +101,6 @@ def test_deit_recipe_trains_and_records_its_settings(tmp_path):
     assert 0 <= history["accuracy"][-1] <= 1 and 0 <= history["val_accuracy"][-1] <= 1
 
 
-def test_the_guides_python_runs():
-    import os
-    import re
-
-    guide = open(os.path.join(os.path.dirname(__file__), os.pardir, "docs", "recipes.md")).read()
-    blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
-    assert blocks
-    for block in blocks:
-        exec(compile(block, "docs/recipes.md", "exec"), {})
-
-
 def test_init_from_records_the_settings_it_applied(tmp_path, capsys):
     base = tmp_path / "base"
     assert train.main([*TINY, "--output-dir", str(base)]) == 0
