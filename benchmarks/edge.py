@@ -42,7 +42,6 @@ import argparse
 import inspect
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -52,6 +51,9 @@ import numpy as np
 # the table's models, their training and inputs (benchmarks/edge_models.py)
 from export.fast_path import fast_path
 from benchmarks.edge_bars import bars, judge_bars  # noqa: F401 (benchmarks.edge's names too)
+from benchmarks.edge_merge import check_merge, merge
+from benchmarks.machine import machine
+from benchmarks.timing import interleaved_ms
 from benchmarks.edge_models import CACHE_DIR, MODELS, QUICK_MODEL, build, decisive_head, digits_inputs, inputs, trained
 
 FORMATS = ("tflite", "onnx")
@@ -215,28 +217,6 @@ def latencies(files, rounds, runs, threads=(1, 2), progress=print):
     """`{(format, mode, threads): ms}`: median over `rounds` interleaved rounds of the median of `runs` calls."""
     calls = {(fmt, mode, t): runner(fmt, spec["path"], t)[0] for (fmt, mode), spec in files.items() for t in threads}
     return interleaved_ms(calls, rounds, runs, progress)
-
-
-def interleaved_ms(calls, rounds, runs, progress=print):
-    """`{key: ms}` of `{key: zero-argument call}`: two warm-up calls each, then `rounds` rounds that call each in turn
-    `runs` times; a figure is the median over rounds of the round's median, in milliseconds (wall clock).
-
-    Needs only the standard library (benchmarks/edge_peer.py uses it in its own environment).
-    """
-    for call in calls.values():  # warm-up (XNNPACK packs weights on the first call)
-        call()
-        call()
-    times = {key: [] for key in calls}
-    for r in range(rounds):
-        for key, call in calls.items():
-            one = []
-            for _ in range(runs):
-                start = time.perf_counter()
-                call()
-                one.append(time.perf_counter() - start)
-            times[key].append(statistics.median(one))
-        progress(f"    latency round {r + 1}/{rounds} done")
-    return {key: 1000 * statistics.median(v) for key, v in times.items()}
 
 
 def measure(names, pairs, samples=256, rounds=10, runs=10, calibration_samples=CALIBRATION_SAMPLES, folder=None,
@@ -406,84 +386,6 @@ def run(names, wanted=None, samples=256, rounds=10, runs=10, agreement_budget_s=
                                                      for name in names}}
     result["bars"] = bars(rows) + judge_bars(rows)
     return result
-
-
-def cpu(cpuinfo="/proc/cpuinfo"):
-    """The CPU in words, e.g. "AMD EPYC (AVX-512 VNNI, no AMX)": its model name and the integer / bfloat16 matrix
-    units its kernels can use (the edge table's int8 ratios differ between CPUs with and without them); "unknown
-    CPU" where `cpuinfo` cannot be read (not Linux)."""
-    try:
-        with open(cpuinfo) as f:
-            text = f.read()
-    except OSError:
-        return "unknown CPU"
-    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")),
-                "unknown CPU")
-    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
-    units = ["AVX-512 VNNI" if "avx512_vnni" in flags else "AVX-VNNI" if "avx_vnni" in flags else "no VNNI",
-             "AMX" if "amx_int8" in flags or "amx_bf16" in flags else "no AMX"]
-    return f"{name} ({', '.join(units)})"
-
-
-def machine():
-    """The machine line of a result: architecture, CPU model and matrix units, CPU count and the versions of
-    TensorFlow, LiteRT, onnxruntime."""
-    import platform
-
-    import ai_edge_litert
-    import onnxruntime
-    import tensorflow as tf
-
-    litert = getattr(ai_edge_litert, "__version__", "?")
-    return (f"{platform.machine()}, {cpu()}, {os.cpu_count()} CPU cores, TensorFlow {tf.__version__}, "
-            f"LiteRT {litert}, onnxruntime {onnxruntime.__version__}")
-
-
-def check_merge(earlier, settings):
-    """Raises ValueError (naming what differs) unless `earlier` is a `run` result of the same `settings`.
-
-    `settings`: {"machine", "weights", "samples", "rounds", "runs"} of this run. Checked before measuring, so that
-    a bad --merge file is refused before minutes of work.
-    """
-    if (not isinstance(earlier, dict) or not isinstance(earlier.get("models"), list)
-            or not all(isinstance(m, str) for m in earlier["models"]) or not isinstance(earlier.get("rows"), list)
-            or not all(isinstance(r, dict) and isinstance(r.get("model"), str) for r in earlier["rows"])):
-        raise ValueError("--merge: the file is not a result of `--output` (a JSON object with a list of model names "
-                         "under \"models\" and of rows under \"rows\")")
-    for key, value in settings.items():
-        if earlier.get(key) != value:
-            raise ValueError(f"--merge: the earlier run's {key} is {earlier.get(key)!r}, this run's {value!r}; "
-                             "merge only runs of the same settings on the same machine")
-
-
-def merge(result, earlier):
-    """`result` with the rows of the models it lacks taken from `earlier` (an earlier `run` result, as JSON).
-
-    Each model's files are timed in interleaved rounds of their own, so a model measured in another run of the
-    same settings on the same machine compares alike; its peer rows, notes and measuring time come with it, and
-    the bars are computed again over all rows.
-
-    Raises:
-        ValueError: `earlier` is no `run` result, or the two runs differ in machine, weights, samples, rounds or runs
-            (the message names it; `check_merge`).
-    """
-    check_merge(earlier, {key: result[key] for key in ("machine", "weights", "samples", "rounds", "runs")})
-    taken = [m for m in earlier.get("models", []) if m not in result["models"]]
-    if not taken:
-        return result
-    models = [m for m in MODELS if m in result["models"] or m in taken] + [m for m in result["models"] if m not in MODELS]
-
-    def owner(text):  # "Ti16", "Ti16 (HF PyTorch, litert-torch)", "Ti16: note" -> "Ti16"
-        return text.split(":")[0].split(" ")[0]
-
-    rows = [r for m in models for r in (result["rows"] if m in result["models"] else earlier["rows"])
-            if owner(r["model"]) == m]
-    notes = result["notes"] + [n for n in earlier.get("notes", [])
-                               if owner(n) in taken or (n.startswith("peer row") and "Ti16" in taken)]
-    measured = {**{m: t for m, t in earlier.get("measured", {}).items() if m in taken}, **result.get("measured", {})}
-    merged = {**result, "models": models, "rows": rows, "notes": notes, "measured": measured}
-    merged["bars"] = bars(rows) + judge_bars(rows)
-    return merged
 
 
 def update_readme(table, readme=os.path.join(HERE, "README.md")):

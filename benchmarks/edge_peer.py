@@ -105,7 +105,7 @@ def agreement(path, images, reference):
 def latencies(paths, rounds, runs):
     """`{(mode, threads): ms}`, interleaved rounds as in benchmarks.edge.latencies."""
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from benchmarks.edge import interleaved_ms  # standard library and NumPy only
+    from benchmarks.timing import interleaved_ms  # standard library only
 
     image = inputs(1, 0)
     calls = {(mode, t): _interpreter(path, t) for mode, path in paths.items() for t in (1, 2)}

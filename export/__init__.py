@@ -9,6 +9,21 @@ PyTorch) exports. Imported before Keras, it selects the TensorFlow backend
 for the process (`keras-vit-export` always is; a KERAS_BACKEND set to
 another backend is named on stderr). Imported after Keras started on another
 backend, it raises ImportError saying so.
+
+The files, in the order an export runs:
+    signature.py      the one float32 serving graph every format converts (sizes.py: image sizes;
+                      scores.py: what it outputs)
+    input_range.py    the range a model takes, read from its first layers
+    images.py         calibration and verification images
+    saved_model.py, tflite.py (litert_quantization.py: LiteRT Quantizer's modes; reparameterize.py: the
+                      exact LayerNorm rewrite before int8_mixed16; int8_graph.py), onnx.py, onnx_quantization.py
+    metadata.py       class names and input description inside each .tflite
+    verify.py         each file against Keras (runtimes.py: each file run in its runtime; fast_path.py: where
+                      it runs fast; mediapipe_check.py: MediaPipe Tasks' ImageClassifier)
+    contract.py       what an app feeds each file and gets back
+    profile.py, onnx_profile.py   op profiles
+    pipeline.py       export_all; __main__.py and _cli_text.py: keras-vit-export
+Files are staged and moved into place by keras_vit/common/files.py.
 """
 
 import importlib.util as _importlib_util

@@ -1,0 +1,29 @@
+"""Timing calls in interleaved rounds, so that the machine's load falls on every candidate alike.
+
+Standard library only: benchmarks/edge_peer.py uses it in an environment of its own.
+"""
+
+import statistics
+import time
+
+
+def interleaved_ms(calls, rounds, runs, progress=print):
+    """`{key: ms}` of `{key: zero-argument call}`: two warm-up calls each, then `rounds` rounds that call each in turn
+    `runs` times; a figure is the median over rounds of the round's median, in milliseconds (wall clock).
+
+    Needs only the standard library (benchmarks/edge_peer.py uses it in its own environment).
+    """
+    for call in calls.values():  # warm-up (XNNPACK packs weights on the first call)
+        call()
+        call()
+    times = {key: [] for key in calls}
+    for r in range(rounds):
+        for key, call in calls.items():
+            one = []
+            for _ in range(runs):
+                start = time.perf_counter()
+                call()
+                one.append(time.perf_counter() - start)
+            times[key].append(statistics.median(one))
+        progress(f"    latency round {r + 1}/{rounds} done")
+    return {key: 1000 * statistics.median(v) for key, v in times.items()}
