@@ -10,6 +10,8 @@ and the accuracy (`keras_vit.losses`) take integer class indices and the
 soft labels of Mixup and CutMix alike.
 """
 
+import logging
+
 import keras
 from keras import ops
 
@@ -110,9 +112,10 @@ def compile_model(
 
     Op determinism: Keras 3.15 never compiles with XLA while TensorFlow's op
     determinism is on (`tf.config.experimental.enable_op_determinism()` or
-    the environment variable `TF_DETERMINISTIC_OPS=1`), so
-    `jit_compile=True` is refused then; pass `jit_compile=False` to train
-    deterministically without XLA (`keras-vit-train --xla auto` does so).
+    the environment variable `TF_DETERMINISTIC_OPS=1`). `jit_compile="auto"`
+    then trains deterministically without XLA and says why in one WARNING
+    log line (logger "keras_vit.training"), as `keras-vit-train --xla auto`
+    does; `jit_compile=True` is refused.
 
     Args:
         model: a `keras.Model` whose output is `(batch, classes)`.
@@ -136,7 +139,7 @@ def compile_model(
         from_logits: None (decide from the head: a softmax activation means
             probabilities, None/linear means logits), or a bool.
         jit_compile: "auto" (default: True on TensorFlow and JAX, False on
-            PyTorch, see Backends) or a bool: True compiles train and test
+            PyTorch and under op determinism, see above) or a bool: True compiles train and test
             steps with XLA (`torch.compile` on PyTorch). Keras can silently fall back to no XLA (e.g. for a layer
             that does not support it, or under op determinism); that
             fall-back is an error here.
@@ -166,6 +169,7 @@ def compile_model(
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_rate("label_smoothing", label_smoothing)
     check_rate("momentum", momentum)
+    auto = isinstance(jit_compile, str)
     jit_compile = resolve_jit_compile(jit_compile)
     if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or weight_decay < 0:
         raise ValueError(f"`weight_decay` must be a float >= 0. Received: weight_decay={weight_decay!r}")
@@ -188,6 +192,11 @@ def compile_model(
     check_bool("from_logits", from_logits)
     _check_float32_weights(model)
     _check_trainable_here(model)
+    if jit_compile and auto and op_determinism_enabled():
+        jit_compile = False
+        logging.getLogger("keras_vit.training").warning(
+            "compile_model(jit_compile='auto'): TensorFlow's op determinism is on, and Keras never compiles with XLA "
+            "then: %r trains deterministically without XLA (turn op determinism off to train with XLA)", model.name)
     if jit_compile and op_determinism_enabled():
         raise RuntimeError(
             "XLA was requested (jit_compile=True) but TensorFlow's op determinism is on "

@@ -291,9 +291,10 @@ x = np.random.default_rng(0).uniform(-1, 1, (8, 8, 8, 3)).astype("float32")
 y = np.arange(8) % 3
 result = {"enabled": training.op_determinism_enabled()}
 try:
-    training.compile_model(tiny(), total_steps=4)
+    training.compile_model(tiny(), total_steps=4, jit_compile=True)
 except RuntimeError as e:
     result["error"] = str(e)
+result["auto_jit_compile"] = training.compile_model(tiny(), total_steps=4).jit_compile  # issue 29: "auto" steps aside
 result["losses"] = []
 for _ in range(2):
     keras.utils.set_random_seed(0)
@@ -325,6 +326,10 @@ def test_op_determinism_is_named_as_the_reason_xla_is_off():
     assert result["enabled"] is True
     assert "op determinism is on" in result["error"] and "Pass jit_compile=False" in result["error"]
     assert "a layer of the model does not support XLA" not in result["error"]
+    # issue 29: the default "auto" trains without XLA and says why in one log line, as keras-vit-train --xla auto
+    assert result["auto_jit_compile"] is False
+    said = [line for line in run.stderr.splitlines() if "compile_model(jit_compile='auto')" in line]
+    assert len(said) == 1 and "op determinism is on" in said[0] and "without XLA" in said[0], run.stderr[-2000:]
     first, second = result["losses"]
     assert first == second and all(np.isfinite(first))  # without XLA, deterministic: the same losses twice
     assert result["auto"][0] is False and "op determinism is on" in result["auto"][1]
