@@ -143,7 +143,7 @@ def test_from_directory_missing_empty_or_too_small(tmp_path):
         data.from_directory(tmp_path / "nope", image_size=32)
     (tmp_path / "empty" / "cats").mkdir(parents=True)
     (tmp_path / "empty" / "cats" / "notes.txt").write_text("no image")
-    with pytest.raises(ValueError, match=r"`directory` holds no images \(.bmp, .gif, .jpeg, .jpg, .png\) in class sub-folders"):
+    with pytest.raises(ValueError, match=r"`directory` holds no images \(.bmp, .gif, .jpeg, .jpg, .png, .webp\) in class sub-folders"):
         data.from_directory(tmp_path / "empty", image_size=32)
     _write_image_folder(tmp_path / "photos")
     with pytest.raises(ValueError, match=r"validation_split=0.05 of the 10 images .* leaves an empty validation subset"):

@@ -208,3 +208,59 @@ def test_image_folder_benchmark_runs(capsys):
     names = ["keras_vit.data.from_directory", "keras.utils.image_dataset_from_directory"]
     assert [row[:2] for row in rows] == [["8", name] for name in names]
     assert all(float(row[2]) > 0 and float(row[3]) > 0 for row in rows)  # images/s, CPU ms per image
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("mode", ["L", "RGB", "RGBA"])
+@pytest.mark.parametrize("lossless", [True, False])
+def test_webp_gives_pils_pixels(tmp_path, lossless, mode, channels):
+    """Issue 29, item 3: WebP is read (TensorFlow 2.21 decodes it; Keras' list of formats leaves it out)."""
+    rng = np.random.default_rng(sum(map(ord, mode)) + lossless)
+    files = [tmp_path / name / "0.webp" for name in ("a", "b")]
+    for path in files:
+        path.parent.mkdir()
+        _pil_image(mode, rng).save(path, "WEBP", lossless=lossless, quality=80)
+    _check_pixels(tmp_path, files, channels, 0.5 if channels == 1 else 0.0)  # PIL rounds its luma
+
+
+def test_a_folder_of_png_and_a_folder_of_webp_are_both_read(tmp_path):
+    """The issue's folder: photos/a/*.png and photos/b/*.webp gave class b no image, and nothing was said."""
+    rng = np.random.default_rng(0)
+    for name, extension, fmt in (("a", "png", "PNG"), ("b", "webp", "WEBP")):
+        (tmp_path / name).mkdir()
+        for i in range(3):
+            _pil_image("RGB", rng).save(tmp_path / name / f"{i}.{extension}", fmt, lossless=True)
+    ds, pixels, labels = _read_folder(tmp_path, 3)
+    assert ds.class_names == ["a", "b"] and ds.num_examples == 6
+    np.testing.assert_array_equal(labels, [0, 0, 0, 1, 1, 1])
+    for got, path in zip(pixels, ds.file_paths):
+        np.testing.assert_allclose(got, _reference(path, 3), atol=1e-3, err_msg=path)
+
+
+def test_a_class_folder_with_no_readable_image_is_refused_by_name(tmp_path):
+    rng = np.random.default_rng(0)
+    (tmp_path / "a").mkdir()
+    _pil_image("RGB", rng).save(tmp_path / "a" / "0.png")
+    (tmp_path / "b").mkdir()
+    _pil_image("RGB", rng).save(tmp_path / "b" / "0.tiff")
+    (tmp_path / "c").mkdir()
+    with pytest.raises(ValueError, match=r"class folders 'b' \(it holds 1 \.tiff\), 'c' \(it holds nothing\) hold no "
+                                         r"image keras_vit reads \(\.bmp, .*\.webp\); convert the images"):
+        data.from_directory(tmp_path, image_size=8)
+
+
+def test_image_files_in_formats_it_does_not_read_are_named(tmp_path, caplog):
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        _pil_image("RGB", rng).save(tmp_path / name / "0.png")
+    _pil_image("RGB", rng).save(tmp_path / "b" / "1.tiff")
+    (tmp_path / "b" / "2.heic").write_bytes(b"not decoded")
+    (tmp_path / "b" / "notes.txt").write_text("not an image: not named")
+    with caplog.at_level("WARNING", logger="keras_vit.data"):
+        ds = data.from_directory(tmp_path, image_size=8)
+    assert ds.num_examples == 2
+    (record,) = [r for r in caplog.records if r.name == "keras_vit.data"]
+    assert "2 image files in a format keras_vit does not read" in record.getMessage()
+    assert "b/1.tiff" in record.getMessage() and "b/2.heic" in record.getMessage()
+    assert "notes.txt" not in record.getMessage()

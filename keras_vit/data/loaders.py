@@ -26,8 +26,6 @@ composited), grey is repeated to RGB, and RGB becomes grey by the ITU-R
 `convert("L")` uses (PIL rounds the result to an integer; this does not).
 """
 
-import contextlib
-import io
 import os
 
 import numpy as np
@@ -39,11 +37,11 @@ tf = tensorflow("keras_vit.data (tf.data input pipelines)")
 from keras_vit import augmentation  # noqa: E402
 from keras_vit.data import pipeline as _pipeline
 from keras_vit.data.image_files import _check_decodable, _check_image_file, _read_image  # noqa: E402
+from keras_vit.data.image_folder import IMAGE_EXTENSIONS, count_images, list_image_folder  # noqa: E402, F401
 from keras_vit.data.subsets import _labels_subset, stratified_subset  # noqa: E402, F401 (public here)
 from keras_vit.common.validation import check_choice  # noqa: E402
 
 AUGMENTATIONS = _pipeline.AUGMENTATIONS
-IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
 DIGITS_VALIDATION_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0
 
@@ -273,11 +271,13 @@ def from_directory(
 ):
     """Builds the pipeline from a folder with one sub-folder per class.
 
-    Files are listed and split by `keras.utils.image_dataset_from_directory`
-    (extensions .bmp, .gif, .jpeg, .jpg, .png; class indices follow the
-    sorted sub-folder names; `validation_split` splits a seeded shuffle of
-    the files), then decoded here, so that every colour mode of these
-    formats gives its pixels with either `channels`:
+    Files are listed and split as `keras.utils.image_dataset_from_directory`
+    lists and splits them, with its own functions (extensions .bmp, .gif,
+    .jpeg, .jpg, .png, and .webp, which Keras leaves out; class indices
+    follow the sorted sub-folder names; `validation_split` splits a seeded
+    shuffle of the files: `keras_vit.data.image_folder`), then decoded
+    here, so that every colour mode of these formats gives its pixels with
+    either `channels`:
 
     - JPEG: grey, RGB and CMYK, with the accurate integer IDCT
       (`dct_method="INTEGER_ACCURATE"`), the one libjpeg's tools and PIL use;
@@ -288,6 +288,11 @@ def from_directory(
     - BMP: 1-, 4- and 8-bit palette images, 24- and 32-bit, bottom-up or
       top-down, uncompressed (32-bit also with the standard bit fields).
     - GIF: the first frame; transparent pixels take their palette colour.
+    - WebP: lossy and lossless, RGB and RGBA (libwebp's pixels, as PIL's).
+
+    A class folder with no file of these formats is refused, naming it;
+    files in image formats keras_vit does not read (TIFF, HEIC, AVIF, ...)
+    are named in one WARNING log line (logger "keras_vit.data").
 
     Channels are then converted as the module doc says (alpha dropped, grey
     repeated, luma for grey), so each image is PIL's
@@ -328,23 +333,21 @@ def from_directory(
         is False.
 
     Raises:
-        ValueError: the folder does not exist or holds no images, the split
-            leaves a subset empty, a BMP file of a kind it cannot decode, a bad
-            pipeline argument, a `labels_fraction` that leaves a class with
+        ValueError: the folder does not exist or holds no images, a class
+            folder holds none (named), the split leaves a subset empty, a
+            BMP file of a kind it cannot decode, a bad pipeline argument, a `labels_fraction` that leaves a class with
             no image, or `keras.config.image_data_format()` is
             "channels_first", or a file that cannot be read or decoded
             (empty, cut short, not an image): its path, size and what is
             wrong.
     """
-    import keras
-
     _pipeline.check_channels_last("from_directory")
     if not os.path.isdir(directory):
         raise ValueError(f"`directory` must be an existing folder. Received: directory={directory!r}")
-    size = _pipeline.check_pipeline_args(image_size, channels, batch_size, augment, seed)
+    _pipeline.check_pipeline_args(image_size, channels, batch_size, augment, seed)
     augmentation.check_augmentation(rand_augment=rand_augment, random_erasing=random_erasing,  # before any file
                                     mixup_alpha=mixup_alpha, cutmix_alpha=cutmix_alpha)
-    found = _count_images(directory)
+    found = count_images(directory)
     if found == 0:
         raise ValueError(
             f"`directory` holds no images ({', '.join(IMAGE_EXTENSIONS)}) in class sub-folders. "
@@ -357,23 +360,7 @@ def from_directory(
                 f"validation_split={validation_split} of the {found} images in {directory!r} leaves an empty "
                 f"{'validation' if held_out == 0 else 'training'} subset; add images or change validation_split"
             )
-    # Keras lists and splits the files; its dataset, which would decode them, is never read. Keras 3.15 prints
-    # "Using N files for training." for a split whatever `verbose` says (dataset_utils.get_training_or_validation_split).
-    with contextlib.redirect_stdout(io.StringIO()):
-        listing = keras.utils.image_dataset_from_directory(
-            directory,
-            labels="inferred",
-            batch_size=None,
-            image_size=size,
-            shuffle=bool(validation_split),
-            seed=seed,
-            validation_split=validation_split,
-            subset=subset,
-            verbose=False,
-        )
-    paths, class_names = list(listing.file_paths), listing.class_names
-    index = {name: i for i, name in enumerate(class_names)}  # a file's class: its first folder under `directory`
-    labels = [index[os.path.relpath(path, directory).split(os.sep)[0]] for path in paths]
+    paths, labels, class_names = list_image_folder(directory, validation_split, subset, seed)
     keep = _labels_subset(np.array(labels, "int64"), labels_fraction, seed, class_names)
     if keep is not None:
         paths, labels = [paths[i] for i in keep], [labels[i] for i in keep]
@@ -386,17 +373,6 @@ def from_directory(
                  **mixing)
     ds.file_paths = paths
     return ds
-
-
-def _count_images(directory):
-    """Number of image files in the class sub-folders, as Keras counts them (by extension)."""
-    count = 0
-    for sub in os.listdir(directory):
-        path = os.path.join(directory, sub)
-        if os.path.isdir(path):
-            for _, _, files in os.walk(path):
-                count += sum(f.lower().endswith(IMAGE_EXTENSIONS) for f in files)
-    return count
 
 
 def from_tfds(

@@ -1,0 +1,85 @@
+"""Which files of an image folder `keras_vit.data.from_directory` reads, and their classes.
+
+The listing and the validation split are Keras' own (`keras.utils.image_dataset_from_directory`'s
+`index_directory` and `get_training_or_validation_split`, so a folder splits as it does in Keras), with
+one more format: WebP, which TensorFlow 2.21 decodes and Keras' list of formats leaves out (a class
+folder of .webp files used to be silently empty). A class folder with no file keras_vit reads is
+refused, naming it; files whose extension says image but that keras_vit does not read (TIFF, HEIC,
+AVIF, ...) are named in one log line (logger "keras_vit.data").
+"""
+
+import collections
+import contextlib
+import io
+import logging
+import os
+
+from keras.src.utils import dataset_utils  # Keras' listing and split (not public; keras is pinned ~=3.15.1)
+
+IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".webp")
+# Extensions of images in formats TensorFlow does not decode: named when skipped, never silently dropped.
+SKIPPED_IMAGE_EXTENSIONS = (".avif", ".dng", ".heic", ".heif", ".ico", ".j2k", ".jfif", ".jp2", ".jxl", ".pbm",
+                            ".pgm", ".pnm", ".ppm", ".psd", ".svg", ".tga", ".tif", ".tiff")
+
+
+def class_folders(directory):
+    """The class sub-folders of `directory`, sorted (the class names, in label order)."""
+    return sorted(d for d in os.listdir(directory) if os.path.isdir(os.path.join(directory, d)))
+
+
+def _files_by_class(directory):
+    """{class name: [file names under it, any depth]} for every class sub-folder."""
+    found = {}
+    for name in class_folders(directory):
+        found[name] = [f for _, _, files in os.walk(os.path.join(directory, name)) for f in files]
+    return found
+
+
+def count_images(directory):
+    """Number of files keras_vit reads (by extension) in the class sub-folders of `directory`."""
+    return sum(f.lower().endswith(IMAGE_EXTENSIONS) for files in _files_by_class(directory).values() for f in files)
+
+
+def list_image_folder(directory, validation_split=None, subset=None, seed=None):
+    """Lists an image folder as `keras.utils.image_dataset_from_directory` does, WebP included.
+
+    Args:
+        directory: str, a folder with one sub-folder per class.
+        validation_split: None or float in (0, 1).
+        subset: with `validation_split`, "training" or "validation".
+        seed: int, the seed of the shuffle before the split (used only with `validation_split`).
+
+    Returns:
+        `(paths, labels, class_names)`: the files of `subset` (all of them without a split), in Keras'
+        order, their int class indices, and the sorted class folder names.
+
+    Raises:
+        ValueError: a class folder holds no file of `IMAGE_EXTENSIONS` (naming it and what it holds).
+    """
+    by_class = _files_by_class(directory)
+    empty = [name for name, files in by_class.items() if not any(f.lower().endswith(IMAGE_EXTENSIONS) for f in files)]
+    if empty:
+        def holds(name):
+            files = by_class[name]
+            kinds = collections.Counter(os.path.splitext(f)[1].lower() or "(no extension)" for f in files)
+            return "nothing" if not files else ", ".join(f"{n} {ext}" for ext, n in sorted(kinds.items()))
+        raise ValueError(
+            f"`directory`'s class folder{'s' if len(empty) > 1 else ''} "
+            + ", ".join(f"{name!r} (it holds {holds(name)})" for name in empty)
+            + f" {'hold' if len(empty) > 1 else 'holds'} no image keras_vit reads ({', '.join(IMAGE_EXTENSIONS)}); "
+            f"convert the images (e.g. to PNG) or remove the folder. Received: directory={directory!r}"
+        )
+    skipped = sorted(os.path.join(name, f) for name, files in by_class.items() for f in files
+                     if f.lower().endswith(SKIPPED_IMAGE_EXTENSIONS))
+    if skipped:
+        logging.getLogger("keras_vit.data").warning(
+            "%s: %d image file%s in a format keras_vit does not read (it reads %s) %s left out: %s%s",
+            directory, len(skipped), "s" if len(skipped) > 1 else "", ", ".join(IMAGE_EXTENSIONS),
+            "are" if len(skipped) > 1 else "is", ", ".join(skipped[:5]), ", ..." if len(skipped) > 5 else "")
+    paths, labels, class_names = dataset_utils.index_directory(
+        directory, "inferred", formats=IMAGE_EXTENSIONS, shuffle=bool(validation_split), seed=seed, verbose=False)
+    if validation_split:
+        # Keras prints "Using N files for training." whatever `verbose` says: the caller's output stays its own.
+        with contextlib.redirect_stdout(io.StringIO()):
+            paths, labels = dataset_utils.get_training_or_validation_split(paths, labels, validation_split, subset)
+    return list(paths), [int(label) for label in labels], list(class_names)
