@@ -390,19 +390,22 @@ def contains_layer(model, cls):
 def load_vit(path):
     """Loads a keras_vit `.keras` model file for export.
 
-    Any model that holds keras_vit's `PatchEncoder` is accepted, nested ones
-    too (e.g. `keras.Sequential([vit])`), as the Python API accepts them.
+    Any model that holds keras_vit's `Patches` or `PatchEncoder` is
+    accepted, nested ones too (e.g. `keras.Sequential([vit])`, or a model
+    that resizes its input before a fixed-size ViT), as the Python API
+    accepts them.
 
     Raises:
         ValueError: the file is missing, is not a Keras model file, holds a
             layer Keras cannot rebuild here (a custom layer whose module is
             not imported, a `Lambda`: the message says how to export it from
-            Python), or a model without keras_vit's `PatchEncoder` layer.
+            Python), or a model without keras_vit's `Patches` or `PatchEncoder`
+            layer (export any other Keras model from Python).
     """
     import keras
 
     import keras_vit  # noqa: F401  (registers the layers for deserialisation)
-    from keras_vit.layers import PatchEncoder
+    from keras_vit.layers import PatchEncoder, Patches
 
     if not os.path.isfile(path):
         raise ValueError(f"model file not found: {path!r}")
@@ -422,7 +425,8 @@ def load_vit(path):
                              "(@keras.saving.register_keras_serializable): export.export_all(model, ...)") from None
         cut = text[:300].rsplit(" ", 1)[0] + " ..." if len(text) > 300 else text
         raise ValueError(f"{path!r} is not a loadable Keras model file ({type(e).__name__}: {cut})") from None
-    if not contains_layer(model, PatchEncoder):
-        raise ValueError(f"{path!r} holds a Keras model without keras_vit's PatchEncoder: not a keras_vit ViT")
+    if not contains_layer(model, PatchEncoder) and not contains_layer(model, Patches):
+        raise ValueError(f"{path!r} holds a Keras model without keras_vit's Patches or PatchEncoder: not a keras_vit "
+                         "ViT (export.export_all(model, ...) exports any other Keras image model from Python)")
     model_image_shape(model)
     return model

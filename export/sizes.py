@@ -1,5 +1,7 @@
 """A model's image size as export sees it: fixed or any resolution, the patch cell, the sizes artifacts take."""
 
+import keras
+
 from keras_vit.common.validation import is_int
 
 
@@ -44,13 +46,14 @@ def is_dynamic(model):
 
 
 def cell_size(model):
-    """The pixels per patch side: `patch_size`, times the hybrid ResNet's output stride; sizes must be multiples of it.
+    """The pixels per patch side: the sizes a model takes are multiples of it (1: any size).
 
-    Read from the model's `ImageSizeCheck` layer (models of any resolution)
-    or from its `Patches` layer and input size (fixed-size models).
-
-    Raises:
-        ValueError: the model has no keras_vit `Patches` layer.
+    `patch_size` times the hybrid ResNet's output stride, read from the
+    model's `ImageSizeCheck` layer (keras_vit models of any resolution) or
+    from its `Patches` layer and input size (fixed-size models, and any-size
+    models whose `Patches` take any size). 1 where nothing constrains the
+    size: a model that resizes its input to a fixed size before its patches
+    (`keras.layers.Resizing`), or one with no keras_vit `Patches` layer.
     """
     from keras_vit.layers import ImageSizeCheck, Patches
 
@@ -60,31 +63,52 @@ def cell_size(model):
             return layer.patch_size * layer.stride
     patches = [layer for layer in layers if isinstance(layer, Patches)]
     if not patches:
-        raise ValueError(f"the model {model.name!r} has no keras_vit Patches layer: not a keras_vit ViT")
+        return 1
     height, grid_height = model_image_shape(model)[0], patches[0].input.shape[1]
-    stride = height // grid_height if height and grid_height else 1
+    if height is None:  # any size: resized to a fixed size before the patches, or cut into patches as it comes
+        return 1 if grid_height is not None else patches[0].patch_size
+    stride = height // grid_height if grid_height else 1
     return patches[0].patch_size * stride
+
+
+PAPER_IMAGE_SIZE = 224  # the ViT paper's fine-tuning and pre-training resolution
 
 
 def default_image_size(model):
     """The (height, width) a model's fixed-size artifacts take when no `image_size` is given.
 
-    A fixed-size model: its input size. A model of any resolution: its
-    position-embedding table's patch grid times `cell_size` (the size it was
-    built for, `keras_vit.weights.loader.describe(model)["grid"]`; 224 px for
-    a table of the default grid); a known height or width is kept.
+    A fixed-size model: its input size. A model of any resolution, the
+    first of:
+    - the size its `Patches` layer takes, where the model resizes its input
+      to a fixed size first (`keras.layers.Resizing`);
+    - its position-embedding table's patch grid times `cell_size` (the size
+      it was built for, `keras_vit.weights.loader.describe(model)["grid"]`;
+      224 px for a table of the default grid);
+    - the size of its first `keras.layers.Resizing` layer;
+    - the paper's 224 px, rounded down to a multiple of `cell_size`.
+    A known height or width is kept.
     """
-    from keras_vit.layers import PatchEncoder
+    from keras_vit.layers import PatchEncoder, Patches
 
     height, width, _ = model_image_shape(model)
     if height is not None and width is not None:
         return height, width
-    encoders = [layer for layer in _all_layers(model) if isinstance(layer, PatchEncoder)]
-    if not encoders or encoders[0].grid_size is None:
-        raise ValueError(f"the model {model.name!r} takes any image size but has no PatchEncoder with a table grid")
+    layers = _all_layers(model)
+    patches = [layer for layer in layers if isinstance(layer, Patches)]
+    encoders = [layer for layer in layers if isinstance(layer, PatchEncoder) and layer.grid_size is not None]
+    resizing = [layer for layer in layers if isinstance(layer, keras.layers.Resizing)]
     cell = cell_size(model)
-    rows, cols = encoders[0].grid_size
-    return (height or rows * cell), (width or cols * cell)
+    if patches and all(is_int(d) for d in patches[0].input.shape[1:3]):
+        size = tuple(int(d) for d in patches[0].input.shape[1:3])
+    elif encoders:
+        rows, cols = encoders[0].grid_size
+        size = (rows * cell, cols * cell)
+    elif resizing:
+        size = (int(resizing[0].height), int(resizing[0].width))
+    else:
+        side = max(cell, PAPER_IMAGE_SIZE // cell * cell)
+        size = (side, side)
+    return (height or size[0]), (width or size[1])
 
 
 def parse_image_size(value, model, argument="image_size"):
@@ -112,7 +136,11 @@ def parse_image_size(value, model, argument="image_size"):
     if value is None:
         return None
     cell = cell_size(model)
-    need = f"patch_size {cell}" if cell == _patch_size(model) else f"patch_size {_patch_size(model)} x the ResNet's stride = {cell}"
+    patch = _patch_size(model)
+    if cell == 1:
+        need = "input size: any (it resizes its input, or has no patch grid)"
+    else:
+        need = f"patch_size {cell}" if cell == patch else f"patch_size {patch} x the ResNet's stride = {cell}"
     if isinstance(value, str) and value.strip().lower() == "dynamic":
         if not is_dynamic(model):
             raise ValueError(f"{argument}=dynamic needs a model of any resolution (built with input_shape=(None, None, C)); "
@@ -124,13 +152,14 @@ def parse_image_size(value, model, argument="image_size"):
         sizes = [int(v.strip()) if isinstance(v, str) else v for v in items]
     except ValueError:
         sizes = None
+    multiples = "positive ints" if cell == 1 else f"multiples of the model's {need}"
     if (sizes is None or len(sizes) not in (1, 2) or not all(is_int(s) for s in sizes)):
-        raise ValueError(f"{argument} must be H or H,W: one or two ints, multiples of the model's {need}, "
+        raise ValueError(f"{argument} must be H or H,W: one or two ints, {multiples}, "
                          f"or 'dynamic'. Received: {argument}={value!r}")
     height, width = [int(s) for s in sizes * 2] if len(sizes) == 1 else [int(s) for s in sizes]  # NumPy ints too
     if any(s < cell or s % cell for s in (height, width)):
-        raise ValueError(f"{argument} must be positive multiples of the model's {need} (e.g. {cell * 4}). "
-                         f"Received: {argument}={value!r}")
+        raise ValueError(f"{argument} must be {'positive ints' if cell == 1 else 'positive ' + multiples} "
+                         f"(e.g. {max(cell * 4, 224 // cell * cell)}). Received: {argument}={value!r}")
     own = model_image_shape(model)[:2]
     if is_dynamic(model) and any(o is not None and o != s for o, s in zip(own, (height, width))):
         raise ValueError(f"the model fixes its input at {own} (None: any size); {argument} cannot change a fixed "
@@ -139,9 +168,10 @@ def parse_image_size(value, model, argument="image_size"):
 
 
 def _patch_size(model):
+    """The patch size of the model's first keras_vit `Patches` layer, or None where it has none."""
     from keras_vit.layers import Patches
 
-    return next(layer.patch_size for layer in _all_layers(model) if isinstance(layer, Patches))
+    return next((layer.patch_size for layer in _all_layers(model) if isinstance(layer, Patches)), None)
 
 
 def other_image_size(model, image_size):

@@ -101,7 +101,7 @@ def _plain_keras_file(tmp_path):
     "make_args,message",
     [
         (lambda m, t: [str(t / "missing.keras")], "model file not found"),
-        (lambda m, t: [_plain_keras_file(t)], "without keras_vit's PatchEncoder: not a keras_vit ViT"),
+        (lambda m, t: [_plain_keras_file(t)], "without keras_vit's Patches or PatchEncoder: not a keras_vit ViT"),
         (lambda m, t: [m, "--formats", "tflite,coreml"], "unknown format 'coreml'; choose from saved_model, tflite, onnx"),
         (lambda m, t: [m, "--quantization", "int4"], "--quantization: unknown mode 'int4'; did you mean 'dynamic_int4' or 'weight_only_int4'? Choose from float32, float16, dynamic_int8, int8, int16x8, weight_only_int8, weight_only_int4, dynamic_int4, int8_mixed16"),
         (lambda m, t: [m, "--quantization", "16x8"], "--quantization 16x8 is refused: the mode is called 'int16x8' here"),

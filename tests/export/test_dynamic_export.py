@@ -16,7 +16,9 @@ import pytest
 
 import keras_vit
 from export import __main__ as cli
+from export.onnx import export_onnx
 from export.pipeline import export_all
+from export.saved_model import export_saved_model
 from export.signature import softmax
 
 pytestmark = pytest.mark.export
@@ -325,3 +327,44 @@ def test_parse_image_size_takes_numpy_ints_like_keras_vit_resize(dynamic_vit, tr
     assert all(type(s) is int for s in parse_image_size((np.int64(24), np.int64(16)), trained_vit[0]))
     with pytest.raises(ValueError, match="one or two ints"):
         parse_image_size(np.float32(32), dynamic_vit)
+
+
+def _resizing_model(trained_vit):
+    """Any size in, resized to the trained 16 px ViT's size: the keras.applications habit of a Resizing layer first."""
+    inputs = keras.Input((None, None, 3))
+    return keras.Model(inputs, trained_vit[0](keras.layers.Resizing(16, 16)(inputs)), name="resize_then_vit")
+
+
+def _patches_model():
+    """keras_vit's Patches built for any size, then a small classifier of its own (no PatchEncoder, no table)."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((None, None, 3))
+    x = keras.layers.Dense(16, activation="relu")(keras_vit.layers.Patches(4)(inputs))
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(inputs, keras.layers.Dense(5)(x), name="patches_then_dense")
+
+
+@pytest.mark.parametrize("kind", ["resizing", "patches"])
+def test_any_size_models_without_a_table_export_everywhere_at_the_given_size(kind, trained_vit, tmp_path):
+    """Issue 29, item 7: these were refused ("has no PatchEncoder with a table grid") by every exporter but
+    export_tflite(image_size=...), and keras-vit-export --image-size 96,128 exited 2."""
+    model = _resizing_model(trained_vit) if kind == "resizing" else _patches_model()
+    default = [16, 16] if kind == "resizing" else [224, 224]  # the ViT's own size; else the paper's resolution
+    for function, path in ((export_saved_model, "saved_model"), (export_onnx, "model.onnx")):
+        function(model, str(tmp_path / path))  # verified at the default size and another
+        assert (tmp_path / path).exists()
+    out = tmp_path / "all"
+    report = export_all(model, str(out), image_size=(24, 32), quantizations=["float32"], mediapipe=False,
+                        measure_latency=False)
+    assert report["verification_sizes"][0] == [24, 32] and report["tflite_image_size"] == [24, 32]
+    assert report["verification_sizes"][1] == default
+    assert all(row["passed"] and row["verified_sizes"][0] == [24, 32] for row in report["artifacts"])
+    images = _images((24, 32, 3))
+    np.testing.assert_allclose(_run_tflite(out / "model_float32.tflite", images),
+                               softmax(model.predict(images, verbose=0)), atol=1e-5)
+    model.save(tmp_path / "any.keras")
+    args = [str(tmp_path / "any.keras"), "--image-size", "96,128", "--quantization", "float32", "--output-dir",
+            str(tmp_path / "cli"), "--no-latency", "--no-mediapipe"]
+    assert cli.main(args) == 0
+    report = json.loads((tmp_path / "cli" / "report.json").read_text())
+    assert report["tflite_image_size"] == [96, 128] and all(row["passed"] for row in report["artifacts"])
