@@ -34,7 +34,8 @@ def artifact_contract(path, fmt, graph):
         ("fixed at 1" or "dynamic"), range ([lo, hi] of the float values;
         for a uint8 / int8 input the raw pixels' [0, 255]), quantization
         ([scale, zero_point] of an integer input)}, `output` {name, dtype,
-        kind ("probabilities", "logits" or "outputs")}, and
+        kind ("probabilities", "logits", "outputs" or "tokens"), for
+        "tokens" its shape `[batch, tokens, hidden_size]`}, and
         `app_preprocessing`: what the app does to RGB pixels p in [0, 255].
     """
     name, dtype, shape, quantization = _read_input(path, fmt)
@@ -47,6 +48,9 @@ def artifact_contract(path, fmt, graph):
         "output": {"name": out_name, "dtype": out_dtype, "kind": graph.score_kind},
         "app_preprocessing": app_preprocessing(graph.input_range, dtype),
     }
+    if graph.score_kind == "tokens":
+        contract["output"]["shape"] = [None, graph.tokens, graph.classes]
+        contract["output"]["layout"] = "the class token first (if the model has one), then one token per patch, row by row"
     if quantization is not None:
         contract["input"]["quantization"] = quantization
     if out_quantization is not None:  # an integer output: how the app reads scores from it
@@ -213,7 +217,7 @@ def check_keras_accuracy(graph, images, labels):
             20 points above chance and the range read); names it, and
             `--input-range` / `input_range`.
     """
-    if labels is None or len(labels) == 0 or graph.score_kind == "outputs":
+    if labels is None or len(labels) == 0 or graph.score_kind in ("outputs", "tokens"):
         return []
     from export.scores import decision_scores
     labels = np.asarray(labels).reshape(-1)

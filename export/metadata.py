@@ -57,6 +57,8 @@ SCORE_DESCRIPTIONS = {
     "probabilities": "probabilities of the classes in labels.txt, in [0, 1] summing to 1 (softmax in the graph)",
     "logits": "logits of the classes in labels.txt (no softmax: the head's raw outputs)",
     "outputs": "the model's outputs (no softmax added: its head is not a Dense layer without activation)",
+    "tokens": ("the token sequence (1, tokens, hidden_size): the class token first (if the model has one), then one "
+               "token per patch, row by row; no classes"),
     None: "scores of the classes in labels.txt (the Keras model's outputs)",
 }
 
@@ -75,10 +77,18 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
     feeds (`app_preprocessing`): for a uint8 or int8 input, the pixels as
     they are (MediaPipe applies no normalization to them).
 
+    A file whose output is a token sequence (`scores="tokens"`, `labels`
+    None) gets the same input metadata and an output described as the
+    sequence, with no label file (tflite-support's generic
+    `metadata_writer.MetadataWriter`): MediaPipe's ImageClassifier does not
+    take it, an app that reads features does.
+
     Args:
         content: bytes of a .tflite model with one (1, height, width, 3)
-            image input and one (1, classes) output.
-        labels: list of class names, one per model output.
+            image input and one (1, classes) output (or (1, tokens,
+            hidden_size) with `scores="tokens"`).
+        labels: list of class names, one per model output; None with
+            `scores="tokens"`.
         include_preprocessing: bool, whether the graph scales raw pixels
             (the same as `input_range=(0, 255)`).
         scores: what the output holds, recorded as its description:
@@ -93,10 +103,13 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
         ValueError: `labels` is empty or not a list of strings, or `scores`
             is not one of the above.
     """
-    if not labels or not all(isinstance(label, str) for label in labels):
-        raise ValueError(f"`labels` must be a non-empty list of class names. Received: labels={labels!r}")
     if scores not in SCORE_DESCRIPTIONS:
         raise ValueError(f"`scores` must be one of {list(SCORE_DESCRIPTIONS)}. Received: scores={scores!r}")
+    tokens = scores == "tokens"
+    if tokens and labels is not None:
+        raise ValueError(f"a token sequence has no classes: `labels` must be None. Received: labels={labels!r}")
+    if not tokens and (not labels or not all(isinstance(label, str) for label in labels)):
+        raise ValueError(f"`labels` must be a non-empty list of class names. Received: labels={labels!r}")
     image_classifier, _, metadata_info, writer_utils, schema = _modules()
     if input_range is None:
         input_range = (0.0, 255.0) if include_preprocessing else (-1.0, 1.0)
@@ -125,6 +138,16 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
         color_space_type=schema.ColorSpaceType.RGB,
         tensor_type=writer_utils.get_input_tensor_types(buffer)[0],
     )
+    if tokens:
+        from tensorflow_lite_support.metadata.python.metadata_writers import metadata_writer
+
+        output_md = metadata_info.TensorMd(name="tokens", description=SCORE_DESCRIPTIONS[scores]
+                                           + _integer_output_note(buffer, writer_utils))
+        general_md = metadata_info.GeneralMd(
+            name="keras_vit Vision Transformer backbone",
+            description="Image to token sequence (arXiv:2010.11929) exported by keras_vit")
+        return metadata_writer.MetadataWriter.create_from_metadata_info(
+            buffer, general_md=general_md, input_md=[input_md], output_md=[output_md]).populate()
     with _files.temporary_directory("keras_vit_labels_") as work:
         label_path = os.path.join(work, LABEL_FILE)
         with open(label_path, "w") as f:

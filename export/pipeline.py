@@ -17,7 +17,8 @@ from export.tflite import (CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, che
 from export.images import VERIFY_SAMPLES, load_data  # noqa: F401 (VERIFY_SAMPLES: export_all's verification count)
 from export.contract import artifact_contract, check_keras_accuracy, label_names as _label_names
 from export.fast_path import fast_path
-from export.verify import NOISE_HINT, Artifact, VerificationError, decision_failure, resized_images, verify
+from export.verify import (MEDIAPIPE_TOKENS, NOISE_HINT, TOKENS_NOTE, Artifact, VerificationError, decision_failure,
+                           resized_images, verify)
 
 FORMATS = ("saved_model", "tflite", "onnx")
 
@@ -310,7 +311,18 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
 
     include_preprocessing = graph.include_preprocessing
     calibration, eval_images, eval_labels, class_names = load_data(calibration_data, graph)
-    label_names, label_source = _label_names(labels, class_names, graph.classes, graph.class_names)
+    tokens = graph.score_kind == "tokens"
+    if tokens:  # a token sequence: no classes, so no labels, accuracy, agreement or MediaPipe classifier
+        if labels is not None:
+            raise ValueError("labels (--labels) name classes, and the model outputs a token sequence (batch, tokens, "
+                             "hidden_size): leave them out")
+        label_names, label_source, eval_labels = None, "none (the model outputs a token sequence)", None
+        shape = f"(batch, {graph.tokens}, {graph.classes})"
+        print(TOKENS_NOTE.replace("(batch, tokens, hidden_size)", shape), flush=True)
+        if mediapipe and any(fmt == "tflite" for fmt, _ in planned):
+            print(f"MediaPipe ImageClassifier check {MEDIAPIPE_TOKENS}", flush=True)
+    else:
+        label_names, label_source = _label_names(labels, class_names, graph.classes, graph.class_names)
     if label_source == "numbers":
         print(f"the model holds no class names: labels.txt and the .tflite files name its {graph.classes} classes "
               f"0..{graph.classes - 1} (pass --labels FILE, or train with keras-vit-train, which stores them)", flush=True)
@@ -389,6 +401,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             "input_range": list(graph.input_range),
             "labels": label_names,
             "labels_source": label_source,
+            **({"tokens": graph.tokens, "agreement": TOKENS_NOTE} if tokens else {}),
             "warnings": warnings,
             "tflite_batch_size": tflite_batch_size,
             "scores": graph.score_kind,
@@ -398,10 +411,11 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             "labelled": eval_labels is not None,
             "artifacts": results + errors,
         }
-        _files.track(os.path.join(output_dir, "labels.txt"))  # as the artifacts (export_all)
-        with _files.staged(os.path.join(output_dir, "labels.txt"), overwrite) as tmp:
-            with open(tmp, "w") as f:
-                f.write("\n".join(label_names) + "\n")
+        if not tokens:
+            _files.track(os.path.join(output_dir, "labels.txt"))  # as the artifacts (export_all)
+            with _files.staged(os.path.join(output_dir, "labels.txt"), overwrite) as tmp:
+                with open(tmp, "w") as f:
+                    f.write("\n".join(label_names) + "\n")
     finally:
         if owned:
             tflite_graph.close()
@@ -412,8 +426,8 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
 def format_table(report):
     """The report as a Markdown table: artifact, size, max |diff| (absolute and relative to the outputs' scale),
     cosine, top-1 agreement (all flips, and decisive flips only), accuracy, latency, MediaPipe's top-1 agreement
-    (and accuracy; "n/a" where MediaPipe does not run the file, "-" where it was not run), where the file runs fast
-    (`export.fast_path`: XNNPACK, reference kernels only, or an NPU), passed."""
+    (and accuracy; "n/a" where MediaPipe does not run the file, "skipped" for a token sequence, "-" where it was
+    not run), where the file runs fast (`export.fast_path`: XNNPACK, reference kernels only, or an NPU), passed."""
     head = ("| artifact | size MB | max abs diff | relative | cosine | top-1 agreement (decisive) | accuracy (keras) "
             "| latency ms (batch 1) | MediaPipe top-1 (accuracy) | runs fast on | passed |")
     rows = [head, "|" + "---|" * 11]
@@ -421,7 +435,8 @@ def format_table(report):
         acc = "-" if "accuracy" not in r else f"{r['accuracy']:.4f} ({r['keras_accuracy']:.4f})"
         fmt = lambda key, spec: "-" if r.get(key) is None else format(r[key], spec)  # noqa: E731
         agreement = "-" if r.get("top1_agreement") is None else f"{r['top1_agreement']:.4f} ({r['decisive_top1_agreement']:.4f})"
-        mediapipe = "n/a" if "mediapipe_unsupported" in r else fmt("mediapipe_top1_agreement", ".4f")
+        mediapipe = ("n/a" if "mediapipe_unsupported" in r else "skipped" if "mediapipe_skipped" in r
+                     else fmt("mediapipe_top1_agreement", ".4f"))
         if "mediapipe_accuracy" in r:
             mediapipe += f" ({r['mediapipe_accuracy']:.4f})"
         rows.append(

@@ -1,5 +1,5 @@
-"""What an artifact outputs: probabilities (a softmax, or a sigmoid for one logit, added in the graph), logits, or
-the model's own outputs; and the float64 references of those activations."""
+"""What an artifact outputs: probabilities (a softmax, or a sigmoid for one logit, added in the graph), logits, the
+model's own outputs, or a token sequence; and the float64 references of those activations."""
 
 SCORES = ("probabilities", "logits")
 
@@ -16,15 +16,18 @@ def score_kind(model, scores="probabilities"):
     `scores="logits"` a head without activation is kept. A model whose last
     layer is not a Dense layer (`include_top=False`) or whose head has
     another activation (e.g. a multi-label sigmoid) keeps its outputs
-    unchanged: kind "outputs".
+    unchanged: kind "outputs". A model that outputs a sequence, `(batch,
+    tokens, hidden_size)` (a backbone built with `include_top=False,
+    pooling=None`: the features dense heads are built on), keeps it too:
+    kind "tokens", whatever `scores` says.
 
     Args:
         model: a Keras model.
         scores: "probabilities" (default) or "logits".
 
     Returns:
-        `(kind, activation)`: kind is "probabilities", "logits" or
-        "outputs"; activation "softmax", "sigmoid" or None.
+        `(kind, activation)`: kind is "probabilities", "logits", "outputs"
+        or "tokens"; activation "softmax", "sigmoid" or None.
 
     Raises:
         ValueError: `scores` is not one of `SCORES`; logits asked of a head
@@ -36,6 +39,8 @@ def score_kind(model, scores="probabilities"):
         raise ValueError(f"`scores` must be one of {', '.join(map(repr, SCORES))}. Received: scores={scores!r}")
     from keras_vit.layers.classifier_head import head_layer
 
+    if len(model.output_shape) == 3:
+        return "tokens", None
     head = head_layer(model)
     if not isinstance(head, keras.layers.Dense):
         return "outputs", None

@@ -208,7 +208,9 @@ class ServingGraph:
         check_shapes: the (height, width, channels) sizes artifacts of this
             graph are verified at: `image_shape`, and with `dynamic_size`
             also `other_image_size`.
-        classes: the output width.
+        classes: the output width (hidden_size for a token sequence).
+        tokens: None, or for a model that outputs a token sequence (score
+            kind "tokens") its length (None where the image size is free).
         class_names: the names the model's head carries
             (`keras_vit.layers.model_class_names`), or None.
         include_preprocessing: bool; True: the graph scales raw pixels in
@@ -239,7 +241,7 @@ class ServingGraph:
 
     Raises:
         ValueError: a bad `input_range`; the model has no single image input of known channels,
-            does not output one vector per image (a token sequence),
+            outputs neither one vector nor one token sequence per image,
             holds Keras-quantised layers, or its head cannot give `scores`;
             an `image_size` other than a fixed-size model's own.
     """
@@ -250,11 +252,10 @@ class ServingGraph:
 
         self._work = None  # first: `__del__` runs even when a check below raises
         given = parse_input_range(input_range)
-        if len(model.output_shape) != 2 or not is_int(model.output_shape[-1]):
+        if len(model.output_shape) not in (2, 3) or not is_int(model.output_shape[-1]):
             raise ValueError(
                 f"the model outputs {tuple(model.output_shape)}: export needs one vector per image, (batch, classes) "
-                "or (batch, features). A backbone built with include_top=False and pooling=None outputs its token "
-                "sequence: build it with pooling='token' or 'avg', or fine-tune it first (keras-vit-train --init-from)"
+                "or (batch, features), or a token sequence (batch, tokens, hidden_size) with hidden_size known"
             )
         size = parse_image_size(image_size, model) if image_size is not None else default_image_size(model)
         if size == "dynamic":
@@ -273,6 +274,7 @@ class ServingGraph:
         self.source_policy = dtype_policy_name(model)
         self.model = float32_twin(model)
         self.classes = int(self.model.output_shape[-1])
+        self.tokens = self.model.output_shape[1] if len(self.model.output_shape) == 3 else None
         self.class_names = model_class_names(model)
         read, how = model_input_range(model)
         if given is not None and how.startswith(READ) and given != read:

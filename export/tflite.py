@@ -273,6 +273,13 @@ def _checked_metadata(metadata, graph):
         raise ValueError(f"`metadata` must be None or a dict such as {{'labels': [...]}}. Received: {metadata!r}")
     metadata = dict(metadata)
     labels = metadata.get("labels")
+    if graph.score_kind == "tokens":  # no classes to name: the metadata describes the input and the sequence
+        if labels is not None:
+            raise ValueError("`metadata['labels']` names classes, and the model outputs a token sequence (batch, "
+                             f"tokens, hidden_size): leave the labels out. Received: {len(list(labels))} labels")
+        metadata["labels"] = None
+        metadata.setdefault("scores", "tokens")
+        return metadata
     if labels is None:
         labels = graph.class_names
         if labels is None:
