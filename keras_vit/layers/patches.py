@@ -53,7 +53,14 @@ class Patches(keras.layers.Layer):
             width)` batch would be cut along its channels), the input is not
             rank 4, or height or width is not divisible by `patch_size` or is
             smaller than it (checked again at call time, before any
-            TensorFlow op, when the input's size was unknown at build).
+            TensorFlow op, when the input's size was unknown at build); at
+            call time, a layer built for a fixed size given another known
+            size (the message names both and the fixes).
+        tf.errors.InvalidArgumentError: on TensorFlow, a layer built for a
+            fixed size given, in graph mode, a batch whose size was unknown
+            when the step was traced and differs when it runs (a `tf.data`
+            pipeline without a resize): the same message, at the first such
+            batch (`_check_built_size`).
 
     Example:
 
@@ -78,6 +85,8 @@ class Patches(keras.layers.Layer):
             )
         self._check_size(input_shape)
         self.input_spec = keras.layers.InputSpec(ndim=4, axes={-1: input_shape[-1]})
+        # A fixed-size model knows its size: a batch of another size is named in `_check_built_size`.
+        self._built_size = tuple(int(d) for d in input_shape[1:3]) if all(is_int(d) for d in input_shape[1:3]) else None
 
     def _check_size(self, shape):
         for axis, size in (("height", shape[1]), ("width", shape[2])):
@@ -87,8 +96,46 @@ class Patches(keras.layers.Layer):
                     f"(and at least that large). Received: input_shape={tuple(shape)}"
                 )
 
+    def _wrong_size(self, got=None):
+        height, width = self._built_size
+        got = "another size (its height and width follow this message)" if got is None else f"{got} (height x width)"
+        return (f"This model was built for {height}x{width} images (input_shape=({height}, {width}, C)) and got a "
+                f"batch of {got}. Resize the images in the pipeline (keras_vit.data's "
+                "image_size=..., or keras.layers.Resizing), or build the model with input_shape=(None, None, C) to "
+                "take any size (keras_vit.resize turns a trained model into one)")
+
+    def _check_built_size(self, inputs):
+        """Checks a batch's height and width against the size a fixed-size model was built for (issue 29).
+
+        A known size is checked here, at trace time. On TensorFlow, a size
+        unknown when the step was traced (a `tf.data` pipeline that decodes
+        images without resizing them: element spec `(None, None, None, C)`)
+        is checked when each batch runs: an `InvalidArgumentError` carrying
+        this message stops the first batch of another size, before the
+        position embeddings' add fails with a bare shape error. Under XLA
+        the check is TensorFlow's `ensure_shape` (its Assert compiles to
+        nothing), which names both shapes.
+        """
+        size = getattr(self, "_built_size", None)
+        got = tuple(inputs.shape[1:3])
+        if size is None or got == size:
+            return inputs
+        if all(is_int(d) for d in got):
+            raise ValueError(self._wrong_size(f"{got[0]}x{got[1]}"))
+        if keras.backend.backend() != "tensorflow":
+            return inputs
+        import tensorflow as tf
+
+        shape = tf.shape(inputs)[1:3]
+        check = tf.debugging.Assert(tf.reduce_all(tf.equal(shape, size)),
+                                    [self._wrong_size(), shape], summarize=2)
+        with tf.control_dependencies([check]):
+            inputs = tf.identity(inputs)
+        return tf.ensure_shape(inputs, (None, *size, None))
+
     def call(self, inputs):
         self._check_size(tuple(inputs.shape))
+        inputs = self._check_built_size(inputs)
         x = ops.cast(inputs, self.compute_dtype)
         p = self.patch_size
         _, height, width, channels = ops.shape(x)

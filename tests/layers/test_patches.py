@@ -88,3 +88,36 @@ def test_config_round_trip():
     clone = Patches.from_config(layer.get_config())
     assert clone.get_config() == layer.get_config()
     assert layer.get_config()["patch_size"] == 7
+
+
+@pytest.mark.tensorflow_only  # tf.data, TensorFlow's graph-mode check
+def test_a_fixed_size_model_names_its_size_at_the_first_batch_of_another(tiny_config):
+    """Issue 29, item 5: a 32 px model fed a pipeline of unknown size (PNG decoded without a resize) failed after some
+    steps with "Incompatible shapes: [8,145,32] vs. [1,65,32]"; now the first 48 px batch says what to do."""
+    import keras_vit
+    from keras_vit import training
+
+    rng = np.random.default_rng(0)
+    images = [rng.uniform(-1, 1, (side, side, 3)).astype("float32") for side in [32] * 16 + [48] * 8]
+    ds = tf.data.Dataset.from_generator(lambda: ((x, 0) for x in images), output_signature=(
+        tf.TensorSpec((None, None, 3), tf.float32), tf.TensorSpec((), tf.int32))).batch(8)
+    assert ds.element_spec[0].shape.as_list() == [None, None, None, 3]
+    model = keras_vit.VisionTransformer(**{**tiny_config, "input_shape": (32, 32, 3)})
+    training.compile_model(model, total_steps=3, jit_compile=False)
+    steps = []
+    callback = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: steps.append(batch))
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        model.fit(ds, epochs=1, verbose=0, callbacks=[callback])
+    assert steps == [0, 1]  # the two 32 px batches trained; the first 48 px batch stopped it
+    message = str(error.value)
+    assert "This model was built for 32x32 images (input_shape=(32, 32, C)) and got a batch of another size" in message
+    assert "[48 48]" in message and "Resize the images in the pipeline" in message
+    assert "input_shape=(None, None, C)" in message and "Incompatible shapes" not in message
+
+
+def test_a_known_size_other_than_the_built_one_is_refused_when_traced():
+    patches = Patches(4)
+    patches.build((None, 8, 8, 3))
+    with pytest.raises(ValueError, match=r"built for 8x8 images .* got a batch of 12x8 \(height x width\)\. Resize"):
+        patches(np.zeros((1, 12, 8, 3), "float32"))
+    assert patches(np.zeros((2, 8, 8, 3), "float32")).shape == (2, 4, 48)
