@@ -65,8 +65,17 @@ class QuantizedSublayers:
             )
         for path, policy in self._saved_sublayer_policies.items():
             layer = found[path]
-            if layer.quantization_mode is None:
-                layer.dtype_policy = keras.dtype_policies.deserialize(policy)
+            if layer.quantization_mode is not None:
+                continue
+            policy = keras.dtype_policies.deserialize(policy)
+            block_size = getattr(policy, "block_size", None)
+            if policy.quantization_mode == "int4" and block_size is not None:
+                # Assigning the policy would quantise with Keras' default block size (128), whatever the policy
+                # says ("int4/-1", "int4/8"): the saved variables then do not fit (issue 29). Quantise with the
+                # saved block size instead; Keras sets the same policy.
+                layer.quantize("int4", config=keras.quantizers.Int4QuantizationConfig(block_size=block_size))
+            else:
+                layer.dtype_policy = policy
 
     def _quantized_sublayers_config(self):
         """{"quantized_sublayers": {...}} when a sublayer is quantised, else {} (configs of float models unchanged)."""

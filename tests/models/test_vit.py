@@ -286,3 +286,24 @@ def test_keras_file_round_trip_in_fresh_process(tiny_config, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     with np.load(tmp_path / "loaded.npz") as loaded:
         _assert_same_snapshot(dict(loaded), snapshot(model, x))
+
+
+@pytest.mark.parametrize("block_size", [None, 8])
+def test_int4_of_any_block_size_saves_and_reloads(tiny_config, tmp_path, block_size):
+    """Issue 29, item 4: the sublayers inside PatchEncoder and TransformerBlock were quantised again on load with
+    Keras' default block size (128): "expected 5 variables, but received 3" for None (per channel; -1 is the same
+    policy, "int4/-1"), a kernel_scale shape mismatch for 8. Every block size reloads with the quantised model's
+    outputs, on every backend (the default, 128, in tests/backend_worker.py)."""
+    model = VisionTransformer(**tiny_config)
+    head = model.get_layer("predictions")
+    head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape).astype("float32"))
+    model.quantize("int4", config=keras.quantizers.Int4QuantizationConfig(block_size=block_size))
+    policy = f"int4/{-1 if block_size is None else block_size}_from_float32"
+    assert model.get_layer("patch_encoder").projection.dtype_policy.name == policy
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    expected = keras.ops.convert_to_numpy(model(x))
+    model.save(tmp_path / "q.keras")
+    loaded = keras.saving.load_model(tmp_path / "q.keras")
+    assert loaded.get_layer("patch_encoder").projection.dtype_policy.name == policy
+    assert loaded.get_layer("transformer_block_0").mlp_dense_1.dtype_policy.name == policy
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(x)), expected, atol=1e-6)
