@@ -134,12 +134,19 @@ class Patches(keras.layers.Layer):
         return tf.ensure_shape(inputs, (None, *size, None))
 
     def call(self, inputs):
-        self._check_size(tuple(inputs.shape))
-        inputs = self._check_built_size(inputs)
+        stand_in = _is_stand_in(inputs)
+        if not stand_in:
+            self._check_size(tuple(inputs.shape))
+            inputs = self._check_built_size(inputs)
         x = ops.cast(inputs, self.compute_dtype)
         p = self.patch_size
         _, height, width, channels = ops.shape(x)
         grid_h, grid_w = height // p, width // p
+        if stand_in:
+            # Shape inference of a model that wraps this one (issue 29): JAX's reshape cannot prove a symbolic size a
+            # multiple of P, and PyTorch's stand-in size is 83 px. Cropped to whole patches, the reshape follows;
+            # real images are never cropped (their size is checked above).
+            x = x[:, : grid_h * p, : grid_w * p, :]
         # (B, H, W, C) -> (B*gh, P, gw, P*C): the rows of one patch row.
         x = ops.reshape(x, (-1, p, grid_w, p * channels))
         # -> (B*gh, gw, P, P*C): each patch's pixels together, (row, col, channel).
@@ -161,6 +168,21 @@ class Patches(keras.layers.Layer):
         config = super().get_config()
         config.update({"patch_size": self.patch_size, "flatten": self.flatten})
         return config
+
+
+def _is_stand_in(x):
+    """True where `x` is not a real batch but a stand-in of Keras' shape inference on JAX or PyTorch.
+
+    When Keras infers the output of a layer that calls a model of any resolution (a subclassed `keras.Model`
+    wrapping it, issue 29), JAX traces symbolic sizes (`jax.export`'s dimension variables, not ints) and PyTorch
+    a tensor on the "meta" device, which holds no values, with unknown dimensions set to 83, then 89.
+    """
+    backend = keras.backend.backend()
+    if backend == "jax":
+        return not all(is_int(d) for d in x.shape[1:3])
+    if backend == "torch":
+        return getattr(getattr(x, "device", None), "type", None) == "meta"
+    return False
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -200,6 +222,8 @@ class ImageSizeCheck(keras.layers.Layer):
         what = f"patch_size={self.patch_size}"
         if self.stride > 1:
             what += f" x the ResNet's output stride {self.stride} = {cell}"
+        if _is_stand_in(inputs):
+            return inputs  # Keras' shape inference on JAX or PyTorch: a stand-in size, not an image (issue 29)
         for axis, size in (("height", inputs.shape[1]), ("width", inputs.shape[2])):
             if is_int(size) and (size < cell or size % cell):
                 raise ValueError(

@@ -307,3 +307,26 @@ def test_int4_of_any_block_size_saves_and_reloads(tiny_config, tmp_path, block_s
     assert loaded.get_layer("patch_encoder").projection.dtype_policy.name == policy
     assert loaded.get_layer("transformer_block_0").mlp_dense_1.dtype_policy.name == policy
     np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(x)), expected, atol=1e-6)
+
+
+class _Wrapper(keras.Model):
+    """A user's subclassed model around a ViT (issue 29): its output shape is inferred by tracing `call`."""
+
+    def __init__(self, inner, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = inner
+
+    def call(self, x):
+        return self.inner(x)
+
+
+def test_an_any_resolution_vit_inside_a_subclassed_model_builds_on_every_backend(tiny_config):
+    """Issue 29, item 2: on PyTorch Keras infers the output on a stand-in of side 83, which ImageSizeCheck refused as
+    an image; on JAX Patches' reshape could not follow the symbolic size. TensorFlow built it."""
+    vit = VisionTransformer(**{**tiny_config, "input_shape": (None, None, 3)})
+    model = keras.Sequential([keras.Input((None, None, 3)), _Wrapper(vit)])
+    assert model.output_shape == (None, tiny_config["classes"])
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 16, 24, 3)).astype("float32")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x)), keras.ops.convert_to_numpy(vit(x)), atol=1e-6)
+    with pytest.raises(ValueError, match=r"Image height must be a multiple of patch_size=4"):
+        model(x[:, :15])  # real images of a wrong size are still refused
