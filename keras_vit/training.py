@@ -15,6 +15,7 @@ import logging
 import keras
 from keras import ops
 
+from keras_vit import even_batches
 from keras_vit.common.backend import backend
 from keras_vit.losses import Accuracy, Crossentropy, SparseCategoricalCrossentropyWithSmoothing  # noqa: F401 (names here too)
 from keras_vit.common.validation import check_bool, check_choice, check_positive_int, check_rate
@@ -109,6 +110,13 @@ def compile_model(
     where Keras' `jit_compile=True` means `torch.compile`, which Keras marks
     experimental (measured here: it recompiles Keras' layers past dynamo's
     limit and falls back to eager with warnings).
+
+    Data parallelism on JAX (`keras.distribution.DataParallel` set before
+    the model is built): a batch must split evenly over the devices, so
+    under such a distribution the compiled model's `fit` drops the images
+    of a batch beyond a multiple of the device count, and `predict` and
+    `evaluate` pad and trim, every image counted once
+    (`keras_vit.even_batches`, for `tf.data` datasets and NumPy arrays).
 
     Op determinism: Keras 3.15 never compiles with XLA while TensorFlow's op
     determinism is on (`tf.config.experimental.enable_op_determinism()` or
@@ -227,6 +235,7 @@ def compile_model(
             f"XLA was requested (jit_compile=True) but Keras fell back to running {model.name!r} "
             "without it: a layer of the model does not support XLA. Pass jit_compile=False to train without XLA."
         )
+    even_batches.install(model)  # under keras.distribution's data parallelism on JAX: any data-set size
     return model
 
 

@@ -232,6 +232,51 @@ print("OK", two.tolist())
     assert result.returncode == 0 and "OK" in result.stdout, result.stdout[-2000:] + result.stderr[-4000:]
 
 
+PARTIAL_BATCHES = r"""
+import numpy as np, keras, jax, keras_vit
+from keras_vit import data, training
+assert len(jax.devices()) == 2, jax.devices()
+rng = np.random.default_rng(0)
+pixels, labels = rng.integers(0, 256, (9, 16, 16, 3)).astype("uint8"), np.arange(9) % 3
+pipeline = data.from_arrays(pixels, labels, image_size=16, batch_size=4)  # batches of 4, 4 and 1
+images = np.concatenate([x for x, _ in pipeline.as_numpy_iterator()])
+def model():
+    keras.utils.set_random_seed(0)
+    vit = keras_vit.VisionTransformer(patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
+                                      input_shape=(16, 16, 3), classes=3, classifier_activation=None)
+    return training.compile_model(vit, total_steps=6, learning_rate=1e-2)
+single = model()
+single.fit(images, labels, batch_size=4, epochs=2, verbose=0, shuffle=False)
+expected = (single.predict(pipeline, verbose=0), single.evaluate(pipeline, verbose=0, return_dict=True))
+keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
+vit = model()
+vit.set_weights(single.get_weights())
+outputs = vit.predict(pipeline, verbose=0)  # the last batch of 1 padded to 2 and trimmed
+assert outputs.shape == (9, 3), outputs.shape
+np.testing.assert_allclose(outputs, expected[0], atol=1e-5)
+np.testing.assert_allclose(vit.predict(images, batch_size=4, verbose=0), expected[0], atol=1e-5)  # NumPy too
+logs = vit.evaluate(pipeline, verbose=0, return_dict=True)  # every image counted once
+assert set(logs) == set(expected[1]) and abs(logs["loss"] - expected[1]["loss"]) < 1e-5, (logs, expected[1])
+assert logs["accuracy"] == expected[1]["accuracy"] and round(logs["accuracy"] * 9) == logs["accuracy"] * 9
+history = vit.fit(pipeline, validation_data=pipeline, epochs=2, verbose=0).history  # the image past 8 dropped
+assert len(history["loss"]) == 2 and np.isfinite(history["val_loss"]).all()
+vit.fit(pixels[:7].astype("float32") / 127.5 - 1, labels[:7], batch_size=4, verbose=0)  # 7 arrays: 4 + 2 kept
+assert vit.predict(pipeline, verbose=0).shape == (9, 3)  # usable after fit
+print("OK")
+"""
+
+
+def test_jax_data_parallel_fits_evaluates_and_predicts_any_data_set_size():
+    """Issue 29, item 1: 9 images in batches of 4 on 2 devices failed at the last batch of 1 in fit, evaluate and
+    predict with JAX's IndivisibleError. compile_model's model drops the remainder in training and pads and trims in
+    evaluation and prediction: the outputs, loss and accuracy of one device."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", PYTHONPATH=ROOT, KERAS_BACKEND="jax",
+               TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-c", PARTIAL_BATCHES], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600, env=env)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stdout[-2000:] + result.stderr[-4000:]
+
+
 @pytest.mark.parametrize("backend", OTHERS)
 def test_tensorflow_only_entry_points_say_so_on_other_backends(backend, tmp_path):
     """`import export` after Keras started on JAX/PyTorch, and keras-vit-train --strategy mirrored there."""
