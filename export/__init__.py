@@ -18,8 +18,9 @@ The files, in the order an export runs:
     saved_model.py, tflite.py (litert_quantization.py: LiteRT Quantizer's modes; reparameterize.py: the
                       exact LayerNorm rewrite before int8_mixed16; int8_graph.py), onnx.py, onnx_quantization.py
     metadata.py       class names and input description inside each .tflite
-    verify.py         each file against Keras (runtimes.py: each file run in its runtime; fast_path.py: where
-                      it runs fast; mediapipe_check.py: MediaPipe Tasks' ImageClassifier)
+    verify.py         each file against Keras (runtimes.py: each file run in its runtime; tolerances.py: the
+                      figures and the bars; fast_path.py: where it runs fast; mediapipe_check.py: MediaPipe
+                      Tasks' ImageClassifier)
     contract.py       what an app feeds each file and gets back
     profile.py, onnx_profile.py   op profiles
     pipeline.py       export_all; __main__.py and _cli_text.py: keras-vit-export

@@ -22,75 +22,19 @@ from export.runtimes import (  # noqa: F401 (export.verify's names too)
     run_artifact,
 )
 
-# Tolerances per quantization mode, enforced by `verify`. Reasons:
-# - float32: the same float32 maths, reordered by each runtime. The bar is relative to the logits'
-#   scale: max |diff| / max |Keras output| <= 2e-5. An absolute bar fails correct exports of models
-#   whose logits reach the hundreds (ViT-Ti/16 at 224 px, or a small ViT trained a while) and is too
-#   loose for tiny logits. Measured (`python -m benchmarks.export_tolerance`, table in
-#   benchmarks/README.md) on ViT-Ti/16, S/16 and B/16 at 224 px with logits up to 330: SavedModel 0,
-#   TFLite and ONNX at most 1.5e-6. 2e-5 leaves a 13x margin and still fails a file whose head weights
-#   are 1% off (tests/export/test_precision_and_checks.py).
-# - float16: weights rounded to 10-bit mantissas; docs/traps.md reports logit drift of 0.03-0.16 on
-#   attention models, so only the decision is bounded: top-1 agreement >= 99%.
-# - dynamic_int8: int8 weights, activations quantised per batch at run time: top-1 agreement >= 98%.
-# - int8: full-integer; LayerNorm, Softmax and GELU are sensitive (docs/traps.md): top-1 agreement
-#   >= 97% and, with labels, an accuracy drop under 2 points.
-# - int16x8, weight_only_int8, weight_only_int4 (LiteRT Quantizer, export/litert_quantization.py). Measured
-#   on 360 held-out digits, decisive top-1 agreement / accuracy drop (points) per model, tiny = the tests'
-#   16 px ViT (hidden 32, 1 layer, ~92% accurate), small = hidden 64 (93%), demo = `make demo`'s 803k-param
-#   ViT (98.6%): int16x8 99.7-100/0 tiny over two seeds (100 on the tests' 96 images), 98.6-99.7/0.3 small,
-#   100/0 demo, calibrated by `calibrate_min_max` (TensorFlow's int8 on the same models: 98.6-99.4,
-#   97.5-98.1, 99.4; int16x8 with LiteRT Quantizer's own moving-average calibration, which clipped: 99.4
-#   (96.9 on the 96 images), 98.1-98.3, 99.7); weight_only_int8 100/0,
-#   99.7-100/0.3, 100/0; weight_only_int4 (per channel) 90.6-90.8/3.3, 96.4-96.7/2.2, 99.7/0.3. Bars:
-#   int16x8 97% and 2 points (int8's: its lowest figure 98.6% leaves a margin); weight_only_int8 99%; weight_only_int4 95% and 3 points: int4 per channel
-#   costs the narrowest models most (the tiny one misses the bar and is reported failed). dynamic_int4
-#   (the same int4 weights, int8 activations at run time): tiny 95.8% raw agreement and logit cosine
-#   0.968 on the tests' 96 images (weight_only_int4: the same), demo 99.4/0.3: the same bars as
-#   weight_only_int4.
-# Agreement counts only decisive flips: a different top-1 class where Keras preferred its own class by
-# more than NEAR_TIE (1%) of that example's largest |output|. A near-tie (seen: the two top logits
-# 0.002 apart, the float16 error 0.0087) is a coin toss for any rounding and says nothing about the
-# file; the raw `top1_agreement` is reported beside it. With labelled data, `accuracy_drop` still
-# counts every flip. Any NaN or Inf output fails every format.
-TOLERANCES = {
-    "float32": {"relative_max_abs_diff": 2e-5},
-    "float16": {"decisive_top1_agreement": 0.99},
-    "dynamic_int8": {"decisive_top1_agreement": 0.98},
-    "int8": {"decisive_top1_agreement": 0.97, "accuracy_drop": 0.02},
-    "int16x8": {"decisive_top1_agreement": 0.97, "accuracy_drop": 0.02},
-    "int8_mixed16": {"decisive_top1_agreement": 0.97, "accuracy_drop": 0.02},  # int8's bars (issue 27)
-    "weight_only_int8": {"decisive_top1_agreement": 0.99},
-    "weight_only_int4": {"decisive_top1_agreement": 0.95, "accuracy_drop": 0.03},
-    "dynamic_int4": {"decisive_top1_agreement": 0.95, "accuracy_drop": 0.03},
-}
-# A model that outputs a token sequence (batch, tokens, hidden_size) (`include_top=False, pooling=None`: the
-# features dense heads are built on) has no decision to agree on: its files are verified token by token, by the
-# relative difference (float32, as above) and by `cosine`, the mean over every image's tokens of the cosine of the
-# file's token vector and Keras' (`compare`). Measured (`python -m benchmarks.token_tolerance`, table in
-# benchmarks/README.md) on three digits ViTs trained at 16 px (hidden 32 / 1 layer, 64 / 2, make demo's 128 / 4),
-# cut at encoder_norm, on the 360 held-out digits; the least mean token cosine of the three: float16 1.000000,
-# dynamic_int8 0.99971 (ONNX 0.99966), int8 0.99414 (ONNX 0.99898), int16x8 0.99970, int8_mixed16 0.99875,
-# weight_only_int8 0.99976, weight_only_int4 and dynamic_int4 0.9455 (the hidden-32 model, which misses the
-# classification bar too; 0.9837 and 0.9895 on the other two). The bars sit under each least figure.
-TOKEN_TOLERANCES = {
-    "float32": {"relative_max_abs_diff": 2e-5},
-    "float16": {"cosine": 0.9999},
-    "dynamic_int8": {"cosine": 0.999},
-    "int8": {"cosine": 0.99},
-    "int16x8": {"cosine": 0.999},
-    "int8_mixed16": {"cosine": 0.995},
-    "weight_only_int8": {"cosine": 0.999},
-    "weight_only_int4": {"cosine": 0.98},
-    "dynamic_int4": {"cosine": 0.98},
-}
-MEDIAPIPE_TOKENS = ("skipped: MediaPipe's ImageClassifier reads classes, and the file outputs a token sequence "
-                    "(batch, tokens, hidden_size)")
-TOKENS_NOTE = ("top-1 agreement and accuracy do not apply: the model outputs a token sequence (batch, tokens, "
-               "hidden_size), not classes; each file is verified token by token (relative difference, cosine)")
-NEAR_TIE = 0.01
-TIE_MARGIN = 0.04
-LOWER_IS_BETTER = ("max_abs_diff", "relative_max_abs_diff", "accuracy_drop")
+from export.tolerances import (  # noqa: F401 (export.verify's names too)
+    LOWER_IS_BETTER,
+    MEDIAPIPE_TOKENS,
+    NEAR_TIE,
+    TIE_MARGIN,
+    TOKEN_TOLERANCES,
+    TOKENS_NOTE,
+    TOLERANCES,
+    compare,
+    failures,
+    tolerance,
+)
+
 SEEDED_SAMPLES = 32
 
 
@@ -110,147 +54,6 @@ class Artifact:
 
 class VerificationError(RuntimeError):
     """An artifact's outputs are outside its tolerance; names the artifact and the figure."""
-
-
-def compare(reference, outputs, labels=None, kind="probabilities"):
-    """Figures of `outputs` against `reference` (both `(n, classes)`).
-
-    Returns a dict:
-        nonfinite_outputs: count of NaN/Inf values in `outputs`;
-        max_abs_diff, mean_abs_diff: of the finite outputs (None if none);
-        relative_max_abs_diff: max_abs_diff / max |reference| (the float32 bar);
-        cosine: mean over examples of the cosine similarity of the two
-            output vectors (None when any output is not finite);
-        top1_agreement: share of examples with the same top-1 class;
-        decisive_top1_agreement: the same, counting only decisive flips
-            (Keras' margin for its class over the artifact's above
-            `NEAR_TIE` x the example's largest |reference|, and the
-            artifact scoring its class strictly above Keras' class: a tie
-            in quantised outputs is no flip where Keras' margin is within
-            `TIE_MARGIN` x its largest |output|);
-        near_tie_flips: flips not counted as decisive;
-        constant_outputs: True if two or more images all got the very same
-            outputs (a file that cannot tell images apart; `failures` fails
-            it in every mode), keras_constant_outputs: the same of the
-            reference;
-        with labels: accuracy, keras_accuracy, accuracy_drop (keras - artifact).
-
-    `kind` ("probabilities", "logits" or "outputs") says how a one-output
-    (binary) model decides: by a threshold, 0.5 or 0
-    (`export.scores.decision_scores`); the decision figures use that.
-
-    Token sequences, `(n, tokens, hidden_size)` (kind "tokens"), have no
-    decision: their figures are `tokens` (the sequence length), the
-    differences and `cosine` over every token (the mean over images and
-    tokens of each token vector's cosine), `min_cosine` (the least token's),
-    and `constant_outputs`; no agreement or accuracy (`labels` is ignored).
-
-    Raises:
-        ValueError: the reference (the Keras model's own outputs) is not finite.
-    """
-    reference = np.asarray(reference, dtype="float64")
-    outputs = np.asarray(outputs, dtype="float64")
-    if not np.isfinite(reference).all():
-        raise ValueError("the Keras model's own outputs are not finite (NaN or Inf); nothing can be verified against them")
-    if reference.ndim == 3:
-        return _compare_tokens(reference, outputs)
-    finite = np.isfinite(outputs)
-    diff = np.abs(outputs - reference)[finite]
-    scale = float(np.abs(reference).max()) if reference.size else 0.0
-    figures = {"nonfinite_outputs": int((~finite).sum())}
-    several = len(outputs) >= 2 and outputs.size
-    figures["constant_outputs"] = bool(several and finite.all() and (outputs == outputs[:1]).all())
-    figures["keras_constant_outputs"] = bool(several and (reference == reference[:1]).all())
-    if diff.size:
-        figures["max_abs_diff"] = float(diff.max())
-        figures["mean_abs_diff"] = float(diff.mean())
-        figures["relative_max_abs_diff"] = float(diff.max() / scale) if scale > 0 else (0.0 if diff.max() == 0 else None)
-    else:
-        figures.update(max_abs_diff=None, mean_abs_diff=None, relative_max_abs_diff=None)
-    if finite.all():
-        dot = (outputs * reference).sum(-1)
-        norms = np.linalg.norm(outputs, axis=-1) * np.linalg.norm(reference, axis=-1)
-        figures["cosine"] = float(np.where(norms > 0, dot / np.maximum(norms, 1e-30), 1.0).mean())
-    else:
-        figures["cosine"] = None
-    from export.scores import decision_scores
-
-    reference, outputs = decision_scores(reference, kind), decision_scores(outputs, kind)
-    top_ref = reference.argmax(-1)
-    top_out = np.where(finite.all(-1), np.nan_to_num(outputs, nan=-np.inf).argmax(-1), -1)
-    flips = top_out != top_ref
-    rows = np.arange(len(reference))
-    margin = reference[rows, top_ref] - reference[rows, np.maximum(top_out, 0)]
-    near_tie = flips & (top_out >= 0) & (margin <= NEAR_TIE * np.abs(reference).max(-1))
-    # a tie in the artifact's own outputs (int8 probabilities come in steps of 1/256) where Keras' margin is within
-    # TIE_MARGIN of its largest |output| is no preference for another class; an artifact whose outputs are all equal
-    # still flips decisively wherever Keras was sure
-    safe = np.nan_to_num(outputs, nan=-np.inf)
-    tie = safe[rows, top_ref] >= safe[rows, np.maximum(top_out, 0)]
-    near_tie |= flips & (top_out >= 0) & tie & (margin <= TIE_MARGIN * np.abs(reference).max(-1))
-    figures["top1_agreement"] = float((~flips).mean())
-    figures["decisive_top1_agreement"] = float((~flips | near_tie).mean())
-    figures["near_tie_flips"] = int(near_tie.sum())
-    if labels is not None:
-        labels = np.asarray(labels).reshape(-1)
-        figures["accuracy"] = float((top_out == labels).mean())
-        figures["keras_accuracy"] = float((top_ref == labels).mean())
-        figures["accuracy_drop"] = figures["keras_accuracy"] - figures["accuracy"]
-    return figures
-
-
-def _compare_tokens(reference, outputs):
-    """`compare`'s figures for token sequences `(n, tokens, hidden_size)`: differences and cosines per token."""
-    finite = np.isfinite(outputs)
-    figures = {"tokens": int(reference.shape[1]), "nonfinite_outputs": int((~finite).sum())}
-    several = len(outputs) >= 2 and outputs.size
-    figures["constant_outputs"] = bool(several and finite.all() and (outputs == outputs[:1]).all())
-    figures["keras_constant_outputs"] = bool(several and (reference == reference[:1]).all())
-    diff = np.abs(outputs - reference)[finite]
-    scale = float(np.abs(reference).max()) if reference.size else 0.0
-    if diff.size:
-        figures["max_abs_diff"] = float(diff.max())
-        figures["mean_abs_diff"] = float(diff.mean())
-        figures["relative_max_abs_diff"] = float(diff.max() / scale) if scale > 0 else (0.0 if diff.max() == 0 else None)
-    else:
-        figures.update(max_abs_diff=None, mean_abs_diff=None, relative_max_abs_diff=None)
-    if finite.all():
-        dot = (outputs * reference).sum(-1)
-        norms = np.linalg.norm(outputs, axis=-1) * np.linalg.norm(reference, axis=-1)
-        cosines = np.where(norms > 0, dot / np.maximum(norms, 1e-30), 1.0)
-        figures["cosine"], figures["min_cosine"] = float(cosines.mean()), float(cosines.min())
-    else:
-        figures["cosine"] = figures["min_cosine"] = None
-    return figures
-
-
-def tolerance(quantization, kind=None):
-    """The bars of `quantization` for files of score kind `kind`: `TOKEN_TOLERANCES` for "tokens", else `TOLERANCES`."""
-    return (TOKEN_TOLERANCES if kind == "tokens" else TOLERANCES)[quantization]
-
-
-def failures(figures, quantization):
-    """Returns the list of "figure value vs limit" strings that break the tolerance.
-
-    Any non-finite output is a failure in every mode. Token sequences
-    (figures with `tokens`, see `compare`) are held to `TOKEN_TOLERANCES`.
-    """
-    broken = []
-    if figures.get("nonfinite_outputs"):
-        broken.append(f"outputs are not finite: {figures['nonfinite_outputs']} NaN/Inf values")
-    if figures.get("constant_outputs"):
-        why = ("the Keras model's too: an untrained model (keras_vit's head starts at zero), or images it cannot tell "
-               "apart" if figures.get("keras_constant_outputs") else "where the Keras model's differ")
-        broken.append(f"outputs are the same for every image ({why}): nothing an app could decide on")
-    for key, limit in tolerance(quantization, "tokens" if "tokens" in figures else None).items():
-        value = figures.get(key)
-        if key not in figures or (value is None and broken):
-            continue
-        lower = key in LOWER_IS_BETTER
-        if value is None or (value > limit if lower else value < limit):
-            shown = "undefined" if value is None else f"{value:.6g}"
-            broken.append(f"{key} = {shown} (needs {'<=' if lower else '>='} {limit})")
-    return broken
 
 
 def reference_outputs(model, images, scores=None):
