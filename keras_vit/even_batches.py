@@ -13,8 +13,16 @@ distribution its own `fit`, `evaluate` and `predict` (instance attributes, see `
   image counts exactly once.
 
 Inputs: a batched `tf.data.Dataset` (the `keras_vit.data` pipelines), or NumPy arrays with `batch_size`. Other
-inputs (generators, `keras.utils.PyDataset`) go to Keras as they are: their batches must split evenly.
+inputs (generators, `keras.utils.PyDataset`) go to Keras as they are: their batches must split evenly. `fit`
+refuses, before the first step, with a `ValueError` naming the batch size and the device count, NumPy arrays
+whose `batch_size` is not a multiple of the device count and a data set whose batches hold fewer images than
+devices; `validation_split` on arrays is split here as Keras splits it, then evened out like the rest.
+
+A model loaded with `keras.saving.load_model` under such a distribution is compiled by Keras, not by
+`compile_model`: call `keras_vit.even_batches.install(model)` on it.
 """
+
+import inspect
 
 import keras
 import numpy as np
@@ -47,15 +55,32 @@ def install(model):
         return False
     keras_fit, keras_evaluate = type(model).fit, type(model).evaluate
 
-    def fit(x=None, y=None, batch_size=None, *args, **kwargs):
+    def fit(*args, **kwargs):
+        call = inspect.signature(keras_fit).bind(model, *args, **kwargs).arguments
+        call.pop("self", None)
+        call.update(call.pop("kwargs", {}))
+        x, batch_size = call.get("x"), call.get("batch_size")
         if _is_dataset(x):
-            x = _trimmed(x, devices)
+            first = _first_batch_size(x)
+            if first is not None and first < devices:
+                raise ValueError(_too_small(f"the data set's batches hold {first} image{'s' * (first != 1)}", devices))
+            call["x"] = _trimmed(x, devices, first)
         elif _is_array(x):
-            keep = _array_count(x, batch_size, devices)
-            x, y = _cut(x, keep), _cut(y, keep)
-            if kwargs.get("sample_weight") is not None:
-                kwargs["sample_weight"] = _cut(kwargs["sample_weight"], keep)
-        return keras_fit(model, x, y, batch_size, *args, **kwargs)
+            batch_size = batch_size or 32
+            if batch_size % devices:
+                raise ValueError(_too_small(f"batch_size={batch_size}", devices))
+            split = call.pop("validation_split", 0.0) or 0.0
+            if split and call.get("validation_data") is None:  # split here, as Keras does, then even both parts
+                at = int(np.floor(_length(x) * (1.0 - split)))
+                parts = [call.get(k) for k in ("x", "y", "sample_weight")]
+                held_out = [_cut(v, slice(at, None)) for v in parts]
+                call["validation_data"] = tuple(held_out if held_out[2] is not None else held_out[:2])
+                for key, value in zip(("x", "y", "sample_weight"), parts):
+                    call[key] = _cut(value, slice(0, at))
+            keep = _array_count(call["x"], batch_size, devices)
+            for key in ("x", "y", "sample_weight"):
+                call[key] = _cut(call.get(key), slice(0, keep))
+        return keras_fit(model, **call)
 
     def predict(x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         if not (_is_dataset(x) or _is_array(x)):
@@ -68,6 +93,10 @@ def install(model):
         if not (_is_dataset(x) or _is_array(x)):
             return keras_evaluate(model, x, y, batch_size, verbose, sample_weight, steps, callbacks, return_dict,
                                   **kwargs)
+        if kwargs.pop("_use_cached_eval_dataset", False):  # fit's validation: its own progress bar speaks
+            verbose = 0
+        if isinstance(callbacks, keras.callbacks.CallbackList):
+            callbacks.on_test_begin()
         outputs, y, sample_weight = _predict(model, _batches(x, y, sample_weight, batch_size, steps), devices,
                                              verbose)
         model.reset_metrics()
@@ -75,6 +104,8 @@ def install(model):
         logs = dict(model.compute_metrics(None, y, outputs, sample_weight))
         logs["loss"] = float(keras.ops.convert_to_numpy(loss))
         logs = {key: float(keras.ops.convert_to_numpy(value)) for key, value in logs.items()}
+        if isinstance(callbacks, keras.callbacks.CallbackList):
+            callbacks.on_test_end(logs)
         if return_dict:
             return logs
         values = [logs.pop("loss")] + list(logs.values())
@@ -97,8 +128,21 @@ def _length(x):
     return len(keras.tree.flatten(x)[0])
 
 
-def _cut(x, count):
-    return None if x is None else keras.tree.map_structure(lambda a: a[:count], x)
+def _cut(x, part):
+    """`x` (arrays, or a structure of them; None stays None) at the slice `part` of its first axis."""
+    return None if x is None else keras.tree.map_structure(lambda a: a[part], x)
+
+
+def _too_small(what, devices):
+    return (f"keras.distribution splits each batch over {devices} devices, and {what}: give batches of a multiple "
+            f"of {devices} images (batch_size=...)")
+
+
+def _first_batch_size(dataset):
+    """The number of images in the data set's first batch (it reads one batch), or None for an empty data set."""
+    for batch in dataset.take(1):
+        return int(keras.tree.flatten(batch)[0].shape[0])
+    return None
 
 
 def _array_count(x, batch_size, devices):
@@ -107,8 +151,12 @@ def _array_count(x, batch_size, devices):
     return n - n % (batch_size or 32) % devices
 
 
-def _trimmed(dataset, devices):
-    """`dataset` with each batch cut to a multiple of `devices` images; batches left empty are dropped."""
+def _trimmed(dataset, devices, first=None):
+    """`dataset` with each batch cut to a multiple of `devices` images; batches left empty are dropped.
+
+    Where the number of batches left is known (a `keras_vit.data` pipeline: its `num_examples`, batches of
+    `first` images) the result says so, so that Keras knows the epoch's length.
+    """
     import tensorflow as tf
 
     def cut(*batch):
@@ -118,7 +166,12 @@ def _trimmed(dataset, devices):
     def nonempty(*batch):
         return tf.shape(tf.nest.flatten(batch)[0])[0] > 0
 
-    return dataset.map(cut).filter(nonempty)
+    trimmed = dataset.map(cut).filter(nonempty)
+    batches, images = int(dataset.cardinality()), getattr(dataset, "num_examples", None)
+    if batches >= 0 and images and first:
+        last = images % first
+        trimmed = trimmed.apply(tf.data.experimental.assert_cardinality(batches - (0 < last < devices)))
+    return trimmed
 
 
 def _batches(x, y, sample_weight, batch_size, steps):

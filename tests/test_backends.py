@@ -262,17 +262,32 @@ history = vit.fit(pipeline, validation_data=pipeline, epochs=2, verbose=0).histo
 assert len(history["loss"]) == 2 and np.isfinite(history["val_loss"]).all()
 vit.fit(pixels[:7].astype("float32") / 127.5 - 1, labels[:7], batch_size=4, verbose=0)  # 7 arrays: 4 + 2 kept
 assert vit.predict(pipeline, verbose=0).shape == (9, 3)  # usable after fit
+arrays = pixels.astype("float32") / 127.5 - 1
+assert set(vit.fit(arrays, labels, batch_size=4, validation_split=0.34, verbose=0).history) >= {"val_loss"}
+for bad, said in (((arrays, labels), "batch_size=3"), ((data.from_arrays(pixels, labels, image_size=16, batch_size=1),),
+                                                         "batches hold 1 image")):
+    try:
+        vit.fit(*bad, batch_size=3 if len(bad) == 2 else None, verbose=0)
+    except ValueError as error:  # before the first step: the model stays usable
+        assert f"over 2 devices, and the data set's {said}" in str(error) or f"over 2 devices, and {said}" in str(error)
+    else:
+        raise AssertionError("an uneven batch was taken")
+vit.save("partial.keras")
+from keras_vit import even_batches
+loaded = keras.saving.load_model("partial.keras")
+assert even_batches.install(loaded)  # a loaded model is Keras-compiled: install gives it the same
+np.testing.assert_allclose(loaded.predict(pipeline, verbose=0), vit.predict(pipeline, verbose=0), atol=1e-5)
 print("OK")
 """
 
 
-def test_jax_data_parallel_fits_evaluates_and_predicts_any_data_set_size():
+def test_jax_data_parallel_fits_evaluates_and_predicts_any_data_set_size(tmp_path):
     """Issue 29, item 1: 9 images in batches of 4 on 2 devices failed at the last batch of 1 in fit, evaluate and
     predict with JAX's IndivisibleError. compile_model's model drops the remainder in training and pads and trims in
     evaluation and prediction: the outputs, loss and accuracy of one device."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", PYTHONPATH=ROOT, KERAS_BACKEND="jax",
                TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, "-c", PARTIAL_BATCHES], cwd=ROOT, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-c", PARTIAL_BATCHES], cwd=tmp_path, capture_output=True, text=True,
                             timeout=600, env=env)
     assert result.returncode == 0 and "OK" in result.stdout, result.stdout[-2000:] + result.stderr[-4000:]
 
