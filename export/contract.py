@@ -49,7 +49,7 @@ def artifact_contract(path, fmt, graph):
         "app_preprocessing": app_preprocessing(graph.input_range, dtype),
     }
     if graph.score_kind == "tokens":
-        contract["output"]["shape"] = [None, graph.tokens, graph.classes]
+        contract["output"]["shape"] = [shape[0] if shape else None, graph.tokens, graph.classes]  # the file's batch
         contract["output"]["layout"] = "the class token first (if the model has one), then one token per patch, row by row"
     if quantization is not None:
         contract["input"]["quantization"] = quantization
@@ -122,7 +122,10 @@ def format_contracts(report):
         i, o = c["input"], c["output"]
         shape = "x".join("?" if d is None else str(d) for d in i["shape"])
         values = f"[{i['range'][0]:g}, {i['range'][1]:g}]"
-        out = f"`{o['name']}` {o['dtype']} {o['kind']}" + (f" ({o['dequantize']})" if "dequantize" in o else "")
+        out = f"`{o['name']}` {o['dtype']} {o['kind']}"
+        if "shape" in o:
+            out += " " + "x".join("?" if d is None else str(d) for d in o["shape"])
+        out += f" ({o['dequantize']})" if "dequantize" in o else ""
         rows.append(f"| {r['name']} | `{i['name']}` {i['dtype']} {shape} | {i['batch']} | {values} | "
                     f"{c['app_preprocessing']} | {out} |")
     return "\n".join(rows)

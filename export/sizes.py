@@ -72,6 +72,9 @@ def cell_size(model):
 
 
 PAPER_IMAGE_SIZE = 224  # the ViT paper's fine-tuning and pre-training resolution
+# The most patches an export size may give: 16,384 (2,048 px a side at patch 16), whose one attention map of one
+# head is 1 GiB in float32; verification runs a batch of them. A larger size failed verification late, out of memory.
+MAX_TOKENS = 16_384
 
 
 def default_image_size(model):
@@ -130,8 +133,9 @@ def parse_image_size(value, model, argument="image_size"):
     Raises:
         ValueError: a bad format, a size that is not a positive multiple of
             `cell_size` (the patch size, times the hybrid's stride), "dynamic"
-            for a fixed-size model, or a size that changes an axis the model
-            fixed; names `argument`, the value and the patch size.
+            for a fixed-size model, a size that changes an axis the model
+            fixed, or one of more than `MAX_TOKENS` patches; names
+            `argument`, the value and the patch size.
     """
     if value is None:
         return None
@@ -160,6 +164,12 @@ def parse_image_size(value, model, argument="image_size"):
     if any(s < cell or s % cell for s in (height, width)):
         raise ValueError(f"{argument} must be {'positive ints' if cell == 1 else 'positive ' + multiples} "
                          f"(e.g. {max(cell * 4, 224 // cell * cell)}). Received: {argument}={value!r}")
+    tokens = (height // cell) * (width // cell) if cell > 1 else 0  # a model that resizes first: its own count
+    if tokens > MAX_TOKENS:
+        gib = tokens * tokens * 4 / 2**30
+        raise ValueError(f"{argument} {height},{width} cuts each image into {tokens:,d} patches ({need}): one "
+                         f"attention map alone would take {gib:,.0f} GiB. Export at most {MAX_TOKENS:,d} patches "
+                         f"(e.g. {int(MAX_TOKENS ** 0.5) * cell} px a side). Received: {argument}={value!r}")
     own = model_image_shape(model)[:2]
     if is_dynamic(model) and any(o is not None and o != s for o, s in zip(own, (height, width))):
         raise ValueError(f"the model fixes its input at {own} (None: any size); {argument} cannot change a fixed "

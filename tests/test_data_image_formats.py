@@ -264,3 +264,7 @@ def test_image_files_in_formats_it_does_not_read_are_named(tmp_path, caplog):
     assert "2 image files in a format keras_vit does not read" in record.getMessage()
     assert "b/1.tiff" in record.getMessage() and "b/2.heic" in record.getMessage()
     assert "notes.txt" not in record.getMessage()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="keras_vit.data"):  # the other subset of the same folder: said once
+        data.from_directory(tmp_path, image_size=8, validation_split=0.5, subset="validation", seed=0)
+    assert not [r for r in caplog.records if r.name == "keras_vit.data"]

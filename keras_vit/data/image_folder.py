@@ -5,7 +5,8 @@ The listing and the validation split are Keras' own (`keras.utils.image_dataset_
 one more format: WebP, which TensorFlow 2.21 decodes and Keras' list of formats leaves out (a class
 folder of .webp files used to be silently empty). A class folder with no file keras_vit reads is
 refused, naming it; files whose extension says image but that keras_vit does not read (TIFF, HEIC,
-AVIF, ...) are named in one log line (logger "keras_vit.data").
+AVIF, ...) are named in one log line (logger "keras_vit.data"), once a process for a folder (its training and
+validation subsets are listed apart).
 """
 
 import collections
@@ -20,6 +21,9 @@ IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".webp")
 # Extensions of images in formats TensorFlow does not decode: named when skipped, never silently dropped.
 SKIPPED_IMAGE_EXTENSIONS = (".avif", ".dng", ".heic", ".heif", ".ico", ".j2k", ".jfif", ".jp2", ".jxl", ".pbm",
                             ".pgm", ".pnm", ".ppm", ".psd", ".svg", ".tga", ".tif", ".tiff")
+
+
+_NAMED = set()  # (folder, skipped files) already named in this process
 
 
 def class_folders(directory):
@@ -71,7 +75,8 @@ def list_image_folder(directory, validation_split=None, subset=None, seed=None):
         )
     skipped = sorted(os.path.join(name, f) for name, files in by_class.items() for f in files
                      if f.lower().endswith(SKIPPED_IMAGE_EXTENSIONS))
-    if skipped:
+    if skipped and (os.path.abspath(directory), tuple(skipped)) not in _NAMED:  # once a folder, not once a subset
+        _NAMED.add((os.path.abspath(directory), tuple(skipped)))
         logging.getLogger("keras_vit.data").warning(
             "%s: %d image file%s in a format keras_vit does not read (it reads %s) %s left out: %s%s",
             directory, len(skipped), "s" if len(skipped) > 1 else "", ", ".join(IMAGE_EXTENSIONS),

@@ -368,3 +368,15 @@ def test_any_size_models_without_a_table_export_everywhere_at_the_given_size(kin
     assert cli.main(args) == 0
     report = json.loads((tmp_path / "cli" / "report.json").read_text())
     assert report["tflite_image_size"] == [96, 128] and all(row["passed"] for row in report["artifacts"])
+
+
+def test_an_image_size_of_too_many_patches_is_refused_up_front(dynamic_vit):
+    """A fresh user's --image-size 2000 on a patch-4 model converted first, then ran out of memory in verification
+    (one attention map of 250,000 tokens) with a traceback."""
+    from export.sizes import MAX_TOKENS, parse_image_size
+
+    with pytest.raises(ValueError, match=r"--image-size 2000,2000 cuts each image into 250,000 patches \(patch_size 4\)"
+                                         r": one attention map alone would take 233 GiB"):
+        parse_image_size("2000", dynamic_vit, argument="--image-size")
+    side = int(MAX_TOKENS ** 0.5) * 4
+    assert parse_image_size(side, dynamic_vit) == (side, side)
