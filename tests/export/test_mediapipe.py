@@ -47,10 +47,10 @@ def held_out(trained_vit):
     return images, labels, probabilities
 
 
-def _tiny(classifier_activation=None, include_top=True):
+def _tiny(classifier_activation=None, include_top=True, pooling=None):
     return keras_vit.VisionTransformer(patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
                                        input_shape=(8, 8, 3), classes=3, include_top=include_top,
-                                       classifier_activation=classifier_activation)
+                                       pooling=pooling, classifier_activation=classifier_activation)
 
 
 def test_score_kind_follows_the_head():
@@ -59,7 +59,8 @@ def test_score_kind_follows_the_head():
     assert score_kind(logits_head) == ("probabilities", "softmax")
     assert score_kind(logits_head, "logits") == ("logits", None)
     assert score_kind(softmax_head) == ("probabilities", None)
-    assert score_kind(_tiny(include_top=False)) == ("outputs", None)
+    assert score_kind(_tiny(include_top=False)) == ("tokens", None)  # (batch, tokens, hidden_size), kept as it is
+    assert score_kind(_tiny(include_top=False, pooling="avg")) == ("outputs", None)
     assert score_kind(_tiny("sigmoid")) == ("outputs", None)  # e.g. multi-label: kept as they are
     assert score_kind(keras.Sequential([keras.Input((8, 8, 3)), logits_head])) == ("probabilities", "softmax")
     with pytest.raises(ValueError, match=r"applies softmax: its logits are not in the graph.*Received: scores='logits'"):
