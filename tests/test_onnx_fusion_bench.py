@@ -1,0 +1,37 @@
+"""benchmarks.onnx_fusion on a tiny ViT: what onnxruntime's transformer optimizer fuses in each float32 file, and
+that a fused file computes what the plain one does."""
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.export
+
+
+def test_the_optimizer_fuses_hf_layer_norms_and_gelus_and_nothing_of_tf2onnx(tmp_path, monkeypatch):
+    import onnxruntime
+
+    from benchmarks import onnx_fusion
+
+    layers = 2
+    monkeypatch.setattr(onnx_fusion, "VARIANTS", {"ti": (32, layers, 2, 64)})
+    monkeypatch.setattr(onnx_fusion, "IMAGE", 32)
+    monkeypatch.setattr(onnx_fusion, "PATCH", 8)
+    monkeypatch.setattr(onnx_fusion, "CLASSES", 10)
+    rows = onnx_fusion.measure(["ti"], str(tmp_path), rounds=1, runs=1, progress=lambda line: None)
+    fused = {r["file"]: r["fused"] for r in rows}
+    assert set(fused) == {"keras_vit", "keras_vit fused", "HF", "HF fused"}
+    assert fused["keras_vit fused"] == {}  # benchmarks/README.md: none of its patterns matches tf2onnx's graph
+    # Two residual Adds + LayerNorms per block, one GELU per block, the final LayerNorm
+    assert fused["HF fused"] == {"SkipLayerNormalization": 2 * layers, "BiasGelu": layers, "LayerNormalization": 1}
+    assert all(ms > 0 for r in rows for ms in r["ms"].values()) and len(rows[0]["ms"]) == 4
+    assert len(onnx_fusion.table(rows).splitlines()) == 2 + len(rows)
+
+    images = np.random.default_rng(1).uniform(-1, 1, (3, 3, 32, 32)).astype("float32")
+    outputs = [onnxruntime.InferenceSession(str(tmp_path / f"ti_HF{suffix}.onnx"), providers=["CPUExecutionProvider"])
+               .run(None, {"pixel_values": images})[0] for suffix in ("", "_fused")]
+    assert outputs[0].shape == (3, 10)
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-5)
+
+    with pytest.raises(SystemExit) as exit_info:
+        onnx_fusion.main(["--variants", "xl"])
+    assert exit_info.value.code == 2
