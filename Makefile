@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.keras_vit-installed
+WEB_STAMP := export/web/node_modules/.keras_vit-installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED = 1
 
@@ -17,6 +18,11 @@ system-deps:
 	  echo "installing Debian package libusb-1.0-0 (needed by tflite-support)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libusb-1.0-0; }
+	@# The browser check and page (--web-check, --web; docs/web.md): Debian's Chromium, and npm for the pinned packages.
+	@{ command -v chromium >/dev/null && command -v npm >/dev/null; } || { \
+	  echo "installing Debian packages chromium and npm (the browser check, docs/web.md)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium npm; }
 
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,7 +34,12 @@ $(STAMP): setup.cfg pyproject.toml Makefile
 	$(PY) -m pip install --quiet --no-deps mediapipe==1.2.3
 	touch $(STAMP)
 
-install: system-deps $(STAMP)
+# MediaPipe Tasks for Web and onnxruntime-web, pinned by export/web/package-lock.json (no install scripts run).
+$(WEB_STAMP): export/web/package.json export/web/package-lock.json
+	npm ci --prefix export/web --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $(WEB_STAMP)
+
+install: system-deps $(STAMP) $(WEB_STAMP)
 
 # The best small-data recipe of benchmarks.recipes within 1.5x the paper recipe's training time (issue 26,
 # docs/recipes.md); tests/test_demo.py reads this line.
@@ -38,7 +49,7 @@ DEMO_EXPORT_FLAGS := --calibration-data digits --quantization float32,float16,dy
 
 demo: install
 	$(PY) -m keras_vit.train $(DEMO_TRAIN_FLAGS) --output-dir runs/demo --overwrite
-	$(PY) -m export runs/demo/model.keras $(DEMO_EXPORT_FLAGS) --output-dir runs/demo/export --overwrite
+	$(PY) -m export runs/demo/model.keras $(DEMO_EXPORT_FLAGS) --output-dir runs/demo/export --web runs/demo/web --overwrite
 
 # Issue 15: the model side's tests (layers, models, weights, inspect, resize, training) again under JAX and PyTorch,
 # each backend in its own process; tests of TensorFlow itself are marked tensorflow_only and skipped there.

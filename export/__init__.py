@@ -20,10 +20,12 @@ The files, in the order an export runs:
     metadata.py       class names and input description inside each .tflite
     verify.py         each file against Keras (runtimes.py: each file run in its runtime; tolerances.py: the
                       figures and the bars; fast_path.py: where it runs fast; mediapipe_check.py: MediaPipe
-                      Tasks' ImageClassifier)
+                      Tasks' ImageClassifier; web_check.py: MediaPipe Tasks for Web and onnxruntime-web in
+                      headless Chromium, driving web/runner.html)
     contract.py       what an app feeds each file and gets back
     profile.py, onnx_profile.py   op profiles
-    pipeline.py       export_all; __main__.py and _cli_text.py: keras-vit-export
+    pipeline.py       export_all; __main__.py and _cli_text.py: keras-vit-export; web_page.py: the --web page
+                      (web/page/)
 Files are staged and moved into place by keras_vit/common/files.py.
 """
 

@@ -70,6 +70,13 @@ def build_parser():
                    help="what classifier artifacts output: probabilities (default; a softmax in the graph when the "
                         "head has none) or the head's raw logits")
     p.add_argument("--no-mediapipe", action="store_true", help="skip the MediaPipe ImageClassifier check of .tflite files")
+    p.add_argument("--web-check", action="store_true",
+                   help="also verify each .tflite and .onnx file in headless Chromium (MediaPipe Tasks for Web, "
+                        "onnxruntime-web) against its own bars; needs Chromium, playwright and the npm packages that "
+                        "make install puts in export/web (exits 2 naming what is missing, before any work)")
+    p.add_argument("--web", metavar="DIR", default=None,
+                   help="also write a static page to DIR that classifies a picked, dropped or camera image in the "
+                        "browser with the float32 .tflite file (serve it: python3 -m http.server --directory DIR)")
     p.add_argument("--image-size", default=None, metavar="H[,W]|dynamic",
                    help="export at another resolution, in pixels, multiples of the patch size: a fixed-size model is "
                         "resized (keras_vit.resize, its position table resampled once); a model of any resolution "
@@ -100,12 +107,21 @@ def _main(argv):
     from export.pipeline import export_all, format_table, parse_list
     from export.signature import load_vit, parse_image_size
     from export.verify import VerificationError
+    from export.web_check import WebCheckUnavailable, check_available
+    from export.web_page import check_page_runtime, choose_artifact, write_page
 
     try:
         _cli_text.check_arguments(args, FORMATS, QUANTIZATIONS, REFUSED, ONNX_QUANTIZATIONS)  # before the data is read
         parse_list(args.formats, FORMATS, "format")
         tflite_modes = parse_list(args.quantization, QUANTIZATIONS, "quantization")
         parse_list(args.onnx_quantization, ONNX_QUANTIZATIONS, "onnx_quantization")
+        if args.web_check:
+            check_available()
+        if args.web is not None:
+            _files.check_target(args.web, args.overwrite)
+            check_page_runtime()
+            if "tflite" not in parse_list(args.formats, FORMATS, "format"):
+                raise ValueError(f"--web runs a .tflite file: add tflite to --formats. Received: --formats={args.formats}")
         model = load_vit(args.model)
         if "tflite" in parse_list(args.formats, FORMATS, "format") and slow_on_cpu(tflite_modes):
             print(slow_on_cpu(tflite_modes), flush=True)
@@ -129,8 +145,12 @@ def _main(argv):
             onnx_quantization=args.onnx_quantization,
             image_size=args.image_size,
             input_range=args.input_range,
+            web_check=args.web_check,
         )
-    except (ValueError, FileExistsError) as e:
+        if args.web is not None:
+            page = write_page(args.web, choose_artifact(report)["path"], report["labels"], report["model"],
+                              overwrite=args.overwrite)
+    except (ValueError, FileExistsError, WebCheckUnavailable) as e:
         parser.exit(2, f"{parser.prog}: error: {_cli_text.flag_names(e)}\n")
     except VerificationError as e:
         report = {}
@@ -159,6 +179,9 @@ def _main(argv):
             if "profile" in row:
                 print(format_profile(row["profile"]))
     print(f"wrote {args.output_dir}/report.json")
+    if args.web is not None:
+        print(f"wrote the page {page}: serve it with `python3 -m http.server --directory {page}` and open "
+              "http://localhost:8000")
     return 0
 
 

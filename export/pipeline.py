@@ -19,6 +19,7 @@ from export.contract import artifact_contract, check_keras_accuracy, label_names
 from export.fast_path import fast_path
 from export.verify import (MEDIAPIPE_TOKENS, NOISE_HINT, TOKENS_NOTE, Artifact, VerificationError, decision_failure,
                            resized_images, verify)
+from export.web_check import check_available as check_web_available, check_in_browser, runtimes as web_runtimes
 
 FORMATS = ("saved_model", "tflite", "onnx")
 
@@ -76,6 +77,7 @@ def export_all(
     onnx_quantization="float32",
     image_size=None,
     input_range=None,
+    web_check=False,
 ):
     """Exports, verifies and writes every requested artifact plus `report.json`.
 
@@ -171,6 +173,12 @@ def export_all(
             the two sizes. The report lists the sizes checked per artifact
             (`verified_sizes`, `at_sizes`) and for the export
             (`verification_sizes`, `tflite_image_size`).
+        web_check: bool, default False: also run each .tflite and .onnx file
+            in a browser, headless Chromium (`export.web_check`: MediaPipe
+            Tasks for Web, onnxruntime-web), against the file's own bars; a
+            file that fails there does not land. Checked before any work:
+            without Chromium, playwright or the npm packages,
+            `export.web_check.WebCheckUnavailable` names what to install.
         input_range: None (default: read from the model's first layers) or
             the range the model takes: "-1,1", "0,1" or "0,255" (or the pair),
             `export.input_range.RANGES`.
@@ -185,6 +193,8 @@ def export_all(
             the model's own class names in name), a bad `input_range`; a bad
             `image_size` (names it and the patch size), or "dynamic" with a
             fixed-size model or a TFLite mode that cannot keep a dynamic size.
+        export.web_check.WebCheckUnavailable: `web_check` without the
+            browser runtime (before any work).
         FileExistsError: an artifact or report already exists and
             `overwrite` is False (checked before any work).
         VerificationError: after writing the report, if any artifact failed;
@@ -208,6 +218,8 @@ def export_all(
         raise ValueError(f"output_dir {output_dir!r} is a file, not a folder")
     parse_input_range(input_range, "input_range (--input-range)")
     size = parse_image_size(image_size, model)
+    if web_check:
+        check_web_available()
     if size == "dynamic":
         for q in quantizations:
             check_dynamic_size_quantization(q)
@@ -222,7 +234,7 @@ def export_all(
     try:
         return _export_all(model, output_dir, size, formats, planned, targets, calibration_data, labels,
                            include_preprocessing, int8_io_type, opset, overwrite, measure_latency, profile, batch_size,
-                           scores, mediapipe, input_range, started)
+                           scores, mediapipe, input_range, started, web_check)
     except BaseException:
         if made_dir and os.path.isdir(output_dir) and not os.listdir(output_dir):
             os.rmdir(output_dir)  # a refused export leaves no empty folder behind
@@ -231,7 +243,7 @@ def export_all(
 
 def _export_all(model, output_dir, size, formats, planned, targets, calibration_data, labels, include_preprocessing,
                 int8_io_type, opset, overwrite, measure_latency, profile, batch_size, scores, mediapipe, input_range,
-                started):
+                started, web_check=False):
     """`export_all` after its argument checks: the serving graph, every artifact, the report."""
     model, resized_from = _at_size(model, size)
     graph_size = size if size != "dynamic" and is_dynamic(model) else None
@@ -248,7 +260,7 @@ def _export_all(model, output_dir, size, formats, planned, targets, calibration_
                       "verifying the float32 computation of its weights", flush=True)
             report = _export_verified(graph, batch_size, output_dir, planned, calibration_data, labels, int8_io_type,
                                       opset, overwrite, measure_latency, mediapipe,
-                                      tflite_dynamic_size=size == "dynamic")
+                                      tflite_dynamic_size=size == "dynamic", web_check=web_check)
         if resized_from is not None:
             report["resized_from"] = list(resized_from)
         report["export_time_s"] = round(time.perf_counter() - started, 1)
@@ -303,7 +315,7 @@ def _at_size(model, size):
 
 
 def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_data, labels, int8_io_type, opset, overwrite,
-                     measure_latency, mediapipe=True, tflite_dynamic_size=False):
+                     measure_latency, mediapipe=True, tflite_dynamic_size=False, web_check=False):
     """Converts every planned artifact from `graph`, verifies them, moves the good ones, writes labels and report."""
     from export.onnx import export_onnx
     from export.saved_model import export_saved_model
@@ -376,6 +388,9 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
         print(f"verifying {len(artifacts)} artifacts on {len(eval_images)} images ({sizes}) ...", flush=True)
         results = verify(graph, artifacts, eval_images, eval_labels, raise_on_failure=False, measure_latency=measure_latency,
                          mediapipe=mediapipe, other_sizes=other_sizes)
+        if web_check:
+            print(f"verifying {len(artifacts)} artifacts in headless Chromium ...", flush=True)
+            check_in_browser(graph, artifacts, results, eval_images, eval_labels, measure_latency)
         for row in results:
             row["contract"] = artifact_contract(row["path"], row["format"], graph)
         for row in results + errors:
@@ -409,6 +424,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
                 "NumPy array" if isinstance(calibration_data, np.ndarray) else "tf.data.Dataset"),
             "num_verification_images": int(len(eval_images)),
             "labelled": eval_labels is not None,
+            **({"web_runtimes": web_runtimes()} if web_check else {}),
             "artifacts": results + errors,
         }
         if not tokens:
@@ -427,10 +443,14 @@ def format_table(report):
     """The report as a Markdown table: artifact, size, max |diff| (absolute and relative to the outputs' scale),
     cosine, top-1 agreement (all flips, and decisive flips only), accuracy, latency, MediaPipe's top-1 agreement
     (and accuracy; "n/a" where MediaPipe does not run the file, "skipped" for a token sequence, "-" where it was
-    not run), where the file runs fast (`export.fast_path`: XNNPACK, reference kernels only, or an NPU), passed."""
+    not run), with `web_check` the browser's top-1 agreement (and accuracy, "n/a" where its runtime does not take
+    the file, "-" where it was not run) and its batch-1 latency, where the file runs fast (`export.fast_path`:
+    XNNPACK, reference kernels only, or an NPU), passed."""
+    web = "web_runtimes" in report
     head = ("| artifact | size MB | max abs diff | relative | cosine | top-1 agreement (decisive) | accuracy (keras) "
-            "| latency ms (batch 1) | MediaPipe top-1 (accuracy) | runs fast on | passed |")
-    rows = [head, "|" + "---|" * 11]
+            "| latency ms (batch 1) | MediaPipe top-1 (accuracy) | "
+            + ("browser top-1 (accuracy) | browser latency ms | " if web else "") + "runs fast on | passed |")
+    rows = [head, "|" + "---|" * (13 if web else 11)]
     for r in report["artifacts"]:
         acc = "-" if "accuracy" not in r else f"{r['accuracy']:.4f} ({r['keras_accuracy']:.4f})"
         fmt = lambda key, spec: "-" if r.get(key) is None else format(r[key], spec)  # noqa: E731
@@ -439,9 +459,15 @@ def format_table(report):
                      else fmt("mediapipe_top1_agreement", ".4f"))
         if "mediapipe_accuracy" in r:
             mediapipe += f" ({r['mediapipe_accuracy']:.4f})"
+        browser = ""
+        if web:
+            top1 = "n/a" if "web_unsupported" in r else fmt("web_top1_agreement", ".4f")
+            if "web_accuracy" in r:
+                top1 += f" ({r['web_accuracy']:.4f})"
+            browser = f"{top1} | {fmt('web_latency_ms_batch1', '.3f')} | "
         rows.append(
             f"| {r['name']} | {fmt('size_mb', '.3f')} | {fmt('max_abs_diff', '.2e')} | {fmt('relative_max_abs_diff', '.1e')} | "
-            f"{fmt('cosine', '.6f')} | {agreement} | {acc} | {fmt('latency_ms_batch1', '.3f')} | {mediapipe} | "
+            f"{fmt('cosine', '.6f')} | {agreement} | {acc} | {fmt('latency_ms_batch1', '.3f')} | {mediapipe} | {browser}"
             f"{r.get('runs_fast_on') or fast_path(r['format'], r['quantization'])} | {'yes' if r['passed'] else 'NO'} |"
         )
     return "\n".join(rows)

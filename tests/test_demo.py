@@ -90,7 +90,26 @@ def test_demo_meets_the_readme_quality_bars(tmp_path):
     # issue 25: the class names keras-vit-train stored travel into every file, and docs/app_contract.md's code runs
     assert report["labels_source"] == "model" and report["labels"] == [str(d) for d in range(10)]
     assert rows["model_float32.tflite"]["contract"]["app_preprocessing"] == "feed (p - 127.5) / 127.5 as float32, in [-1, 1]"
+    check_in_the_browser(out)
     run_guide(tmp_path, out)
+
+
+def check_in_the_browser(out):
+    """Issue 31 on the demo model: its float32 and int8 .tflite files in MediaPipe Tasks for Web and its .onnx in
+    onnxruntime-web, in headless Chromium, give Keras' top-1 on the 360 held-out digits within the files' bars; the
+    page `--web` writes (as `make demo` does) holds the float32 file."""
+    run(["-m", "export", str(out / "model.keras"), "--formats", "tflite,onnx", "--quantization", "float32,int8",
+         "--onnx-quantization", "float32", "--calibration-data", "digits", "--no-latency", "--web-check",
+         "--web", str(out / "web"), "--output-dir", str(out / "web_export")], timeout=1500)
+    rows = {r["name"]: r for r in json.loads((out / "web_export" / "report.json").read_text())["artifacts"]}
+    assert set(rows) == {"model_float32.tflite", "model_int8.tflite", "model.onnx"}
+    for name, row in rows.items():
+        assert row["passed"] and row["web_failures"] == [] and "web_unsupported" not in row, row
+        assert abs(row["web_accuracy"] - row["web_keras_accuracy"]) <= 0.01, row
+    for name in ("model_float32.tflite", "model.onnx"):
+        assert rows[name]["web_relative_max_abs_diff"] <= 2e-5 and rows[name]["web_top1_agreement"] == 1.0, rows[name]
+    assert rows["model_int8.tflite"]["web_decisive_top1_agreement"] >= 0.97
+    assert (out / "web" / "model_float32.tflite").read_bytes() == (out / "web_export" / "model_float32.tflite").read_bytes()
 
 
 def run_guide(tmp_path, out):

@@ -1,0 +1,88 @@
+// keras-vit-export --web: classify a picked, dropped or camera image with MediaPipe Tasks for Web's ImageClassifier
+// (the .tflite's own metadata scales the pixels), and show the top 5 classes and the latency. No build step.
+import {FilesetResolver, ImageClassifier} from "./vendor/tasks-vision/vision_bundle.mjs";
+
+const $ = (id) => document.getElementById(id);
+const model = document.body.dataset.model;
+let classifier = null;
+let labels = [];
+
+function say(text, error = false) {
+  $("status").textContent = text;
+  $("status").className = error ? "error" : "";
+}
+
+function show(result, ms) {
+  const categories = [...result.classifications[0].categories].sort((a, b) => b.score - a.score).slice(0, 5);
+  $("results").replaceChildren(...categories.map((c) => {
+    const item = document.createElement("li");
+    item.innerHTML = '<span class="label"></span><span class="score"></span>';
+    item.querySelector(".label").textContent = c.categoryName || labels[c.index] || String(c.index);
+    item.querySelector(".score").textContent = `${(100 * c.score).toFixed(1)}%`;
+    return item;
+  }));
+  $("latency").textContent = `${ms.toFixed(1)} ms in the browser (one image, MediaPipe on the CPU)`;
+}
+
+function classify(source, name) {
+  if (!classifier) {
+    say("The model is not loaded yet.", true);
+    return;
+  }
+  const start = performance.now();
+  const result = classifier.classify(source);
+  show(result, performance.now() - start);
+  say(`Classified ${name}.`);
+}
+
+function pick(file) {
+  if (!file) return;
+  if (!file.type.startsWith("image/")) {
+    say(`${file.name} is not an image (${file.type || "unknown type"}): pick a PNG, JPEG, WebP or GIF file.`, true);
+    return;
+  }
+  const image = $("preview");
+  image.onload = () => { image.hidden = false; classify(image, file.name); };
+  image.onerror = () => { image.hidden = true; say(`${file.name} could not be read as an image.`, true); };
+  image.src = URL.createObjectURL(file);
+}
+
+$("file").addEventListener("change", (event) => pick(event.target.files[0]));
+const drop = $("drop");
+drop.addEventListener("dragover", (event) => { event.preventDefault(); drop.classList.add("over"); });
+drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+drop.addEventListener("drop", (event) => {
+  event.preventDefault();
+  drop.classList.remove("over");
+  pick(event.dataTransfer.files[0]);
+});
+$("camera").addEventListener("click", async () => {
+  try {
+    const video = $("video");
+    video.srcObject = await navigator.mediaDevices.getUserMedia({video: {facingMode: "environment"}});
+    video.style.display = "block";
+    await video.play();
+    $("snap").hidden = false;
+  } catch (error) {
+    say(`The camera could not be opened: ${error.message || error}`, true);
+  }
+});
+$("snap").addEventListener("click", () => classify($("video"), "the camera frame"));
+
+try {
+  const text = await (await fetch("labels.txt")).text();
+  labels = text.split("\n").filter((line) => line.length);
+} catch (error) {
+  labels = [];
+}
+try {
+  const fileset = await FilesetResolver.forVisionTasks(new URL("./vendor/tasks-vision/wasm", location.href).href);
+  classifier = await ImageClassifier.createFromOptions(
+      fileset, {baseOptions: {modelAssetPath: model, delegate: "CPU"}, maxResults: -1, runningMode: "IMAGE"});
+  classifier.classify(new ImageData(32, 32));  // warm-up: the first call sets MediaPipe up, and is not the latency
+  say(`Ready: pick or drop an image, or use the camera.`);
+  document.body.dataset.ready = "true";
+} catch (error) {
+  say(`The model failed to load (${model}): ${error.message || error}`, true);
+  document.body.dataset.ready = "failed";
+}
