@@ -18,11 +18,12 @@ system-deps:
 	  echo "installing Debian package libusb-1.0-0 (needed by tflite-support)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libusb-1.0-0; }
-	@# The browser check and page (--web-check, --web; docs/web.md): Debian's Chromium, and npm for the pinned packages.
-	@{ command -v chromium >/dev/null && command -v npm >/dev/null; } || { \
-	  echo "installing Debian packages chromium and npm (the browser check, docs/web.md)"; \
+	@# The browser check and page (--web-check, --web; docs/web.md): Debian's Chromium, and npm for the pinned
+	@# packages; each only if missing (Debian's npm conflicts with a Node.js installed from elsewhere).
+	@missing=$$(for p in chromium npm; do command -v $$p >/dev/null || echo $$p; done); [ -z "$$missing" ] || { \
+	  echo "installing Debian packages $$missing (the browser check, docs/web.md)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium npm; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; }
 
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
