@@ -155,19 +155,29 @@ class Browser:
         self._playwright = sync_playwright().start()
         try:
             self._browser = launch(self._playwright)
-            self.page = self._browser.new_page()
-            self._errors = []
-            self.page.on("pageerror", lambda error: self._errors.append(str(error)))
-            local_only(self.page, self._base)
-            self.page.goto(f"{self._base}/runner.html")
-            try:
-                self.page.wait_for_function("window.runtimesReady === true", timeout=PAGE_TIMEOUT_MS)
-            except Exception:
-                raise RuntimeError(f"the browser runtimes did not load: {'; '.join(self._errors) or 'no error shown'}")
+            self.page = self.new_page()
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def new_page(self):
+        """Another page of the runner, with runtimes of its own (onnxruntime-web reads its thread count once a
+        page); pass it as `page` to `mediapipe_scores` / `onnx_outputs`.
+
+        Raises:
+            RuntimeError: the page does not load its runtimes (its errors are named).
+        """
+        page = self._browser.new_page()
+        errors = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        local_only(page, self._base)
+        page.goto(f"{self._base}/runner.html")
+        try:
+            page.wait_for_function("window.runtimesReady === true", timeout=PAGE_TIMEOUT_MS)
+        except Exception:
+            raise RuntimeError(f"the browser runtimes did not load: {'; '.join(errors) or 'no error shown'}") from None
+        return page
 
     def __exit__(self, *exc):
         for close in (lambda: self._browser.close(), self._playwright.stop, self._server.shutdown,
@@ -184,8 +194,9 @@ class Browser:
         os.symlink(os.path.abspath(path), os.path.join(self._root, name))
         return f"{self._base}/{name}"
 
-    def mediapipe_scores(self, path, frames, classes, runs=0):
-        """MediaPipe Tasks for Web's `ImageClassifier` on uint8 RGB `frames` `(n, h, w, 3)`.
+    def mediapipe_scores(self, path, frames, classes, runs=0, page=None):
+        """MediaPipe Tasks for Web's `ImageClassifier` on uint8 RGB `frames` `(n, h, w, 3)` (in `page`, default
+        the first).
 
         Returns:
             `(scores, times)`: float32 `(n, classes)`, each category's score at its index (0 where MediaPipe
@@ -193,13 +204,14 @@ class Browser:
         """
         frames = np.ascontiguousarray(frames, dtype=np.uint8)
         n, h, w, _ = frames.shape
-        result = self.page.evaluate(
+        result = (page or self.page).evaluate(
             "([url, b64, n, h, w, classes, runs]) => mediapipeScores(url, b64, n, h, w, classes, runs)",
             [self._url(path), base64.b64encode(frames.tobytes()).decode(), n, h, w, classes, runs])
         return np.asarray(result["scores"], "float32").reshape(n, classes), list(result["times"])
 
-    def onnx_outputs(self, path, images, threads=1, runs=0):
-        """onnxruntime-web (WASM, `threads` threads) on float32 `images` `(n, h, w, c)`, one image a call.
+    def onnx_outputs(self, path, images, threads=1, runs=0, page=None):
+        """onnxruntime-web (WASM, `threads` threads) on float32 `images` `(n, h, w, c)`, one image a call (in
+        `page`, default the first; a page keeps the thread count of its first call).
 
         Returns:
             `(outputs, times)`: float32 `(n, *output shape)`, and the milliseconds of `runs` more calls on the
@@ -209,7 +221,7 @@ class Browser:
             RuntimeError: more than one thread asked of a page that is not cross-origin isolated.
         """
         images = np.ascontiguousarray(images, dtype=np.float32)
-        result = self.page.evaluate(
+        result = (page or self.page).evaluate(
             "([url, b64, n, shape, threads, runs]) => onnxOutputs(url, b64, n, shape, threads, runs)",
             [self._url(path), base64.b64encode(images.tobytes()).decode(), len(images), list(images.shape[1:]),
              threads, runs])
