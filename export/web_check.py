@@ -124,10 +124,11 @@ def serve(folder):
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def launch(playwright):
-    """Headless Chromium (`chromium()`) through Playwright, without a sandbox when run as root (as in a container)."""
+def launch(playwright, extra_args=()):
+    """Headless Chromium (`chromium()`) through Playwright, without a sandbox when run as root (as in a container);
+    `extra_args`: more Chromium flags (e.g. a fake camera)."""
     args = ["--disable-dev-shm-usage"] + (["--no-sandbox"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])
-    return playwright.chromium.launch(executable_path=chromium(), headless=True, args=args)
+    return playwright.chromium.launch(executable_path=chromium(), headless=True, args=args + list(extra_args))
 
 
 def local_only(page, base):

@@ -62,13 +62,13 @@ def test_the_browser_computes_what_the_python_runtimes_do(exported, trained_vit)
     np.testing.assert_allclose(scores, classify(files / "model_float32.tflite", frames, 10), rtol=1e-4, atol=1e-6)
 
 
-def _page(folder):
-    """(playwright, browser, page) with `folder` served on 127.0.0.1 and loaded, its model ready or failed."""
+def _page(folder, extra_args=()):
+    """(page, close) with `folder` served on 127.0.0.1 and loaded, its model ready or failed."""
     from playwright.sync_api import sync_playwright
 
     server, base = serve(str(folder))
     playwright = sync_playwright().start()
-    browser = launch(playwright)
+    browser = launch(playwright, extra_args)
     page = browser.new_page(viewport={"width": 800, "height": 900})
     local_only(page, base)
     page.goto(f"{base}/index.html")
@@ -116,6 +116,22 @@ def test_the_page_classifies_a_digit_given_through_its_file_input(exported, trai
         page.set_input_files("#file", str(tmp_path / "notes.txt"))
         assert page.get_attribute("#status", "class") == "error"
         assert "notes.txt is not an image" in page.inner_text("#status")
+    finally:
+        close()
+
+
+def test_the_page_classifies_a_camera_frame(exported):
+    _, folder, report = exported
+    # Chromium's own test camera (a moving pattern) and an allowed permission prompt
+    page, close = _page(folder, ["--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"])
+    try:
+        page.click("#camera")
+        page.wait_for_selector("#snap:not([hidden])")
+        page.click("#snap")
+        page.wait_for_selector("#results li")
+        assert page.inner_text("#status") == "Classified the camera frame."
+        shown = page.locator("#results .label").all_inner_texts()
+        assert len(shown) == 5 and set(shown) <= set(report["labels"])
     finally:
         close()
 
