@@ -8,6 +8,7 @@ Exit status: 0 when every artifact passed, 1 when one failed verification
 
 import argparse
 import json
+import shlex
 import sys
 
 from export import _cli_text
@@ -108,7 +109,7 @@ def _main(argv):
     from export.signature import load_vit, parse_image_size
     from export.verify import VerificationError
     from export.web_check import WebCheckUnavailable, check_available
-    from export.web_page import check_page_runtime, choose_artifact, write_page
+    from export.web_page import check_page_model, check_page_runtime, check_page_target, choose_artifact, write_page
 
     try:
         _cli_text.check_arguments(args, FORMATS, QUANTIZATIONS, REFUSED, ONNX_QUANTIZATIONS)  # before the data is read
@@ -118,7 +119,7 @@ def _main(argv):
         if args.web_check:
             check_available()
         if args.web is not None:
-            _files.check_target(args.web, args.overwrite)
+            check_page_target(args.web, args.output_dir, args.overwrite)
             check_page_runtime()
             if "tflite" not in parse_list(args.formats, FORMATS, "format"):
                 raise ValueError(f"--web runs a .tflite file: add tflite to --formats. Received: --formats={args.formats}")
@@ -126,6 +127,8 @@ def _main(argv):
         if "tflite" in parse_list(args.formats, FORMATS, "format") and slow_on_cpu(tflite_modes):
             print(slow_on_cpu(tflite_modes), flush=True)
         parse_image_size(args.image_size, model, argument="--image-size")
+        if args.web is not None:
+            check_page_model(model, args.scores, args.image_size)
         report = export_all(
             model,
             args.output_dir,
@@ -163,6 +166,8 @@ def _main(argv):
         except OSError:
             pass
         tip = _cli_text.what_to_try(report, CALIBRATED)  # more training, other images, or the mode left out
+        if args.web is not None:
+            tip = (tip + f"\n{parser.prog}: " if tip else "") + f"no page written to {args.web}: the export failed"
         parser.exit(1, f"{parser.prog}: {_cli_text.flag_names(e)}\n" + (f"{parser.prog}: {tip}\n" if tip else ""))
     except Exception as e:  # an image of the calibration data that TensorFlow cannot decode
         if type(e).__name__ != "InvalidArgumentError":
@@ -180,8 +185,8 @@ def _main(argv):
                 print(format_profile(row["profile"]))
     print(f"wrote {args.output_dir}/report.json")
     if args.web is not None:
-        print(f"wrote the page {page}: serve it with `python3 -m http.server --directory {page}` and open "
-              "http://localhost:8000")
+        print(f"wrote the page {page}: serve it with `python3 -m http.server --directory {shlex.quote(page)}` and "
+              "open http://localhost:8000")
     return 0
 
 

@@ -26,6 +26,7 @@ import http.server
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 
@@ -56,8 +57,17 @@ def chromium():
     """The Chromium binary: `KERAS_VIT_CHROMIUM`, else the first of `CHROMIUM_NAMES` on PATH; None if none."""
     named = os.environ.get("KERAS_VIT_CHROMIUM")
     if named:
-        return named if os.access(named, os.X_OK) else None
+        return named if os.path.isfile(named) and os.access(named, os.X_OK) else None
     return next((path for path in map(shutil.which, CHROMIUM_NAMES) if path), None)
+
+
+def chromium_version(path):
+    """`path --version`'s line if it names Chromium or Chrome (e.g. "Chromium 156.0.8078.114"), else None."""
+    try:
+        line = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return line if "chrom" in line.lower() else None
 
 
 def package_version(name):
@@ -72,10 +82,11 @@ def package_version(name):
 def missing():
     """What the browser check lacks, one phrase each (empty when everything is installed)."""
     lacks = []
-    if chromium() is None:
-        named = os.environ.get("KERAS_VIT_CHROMIUM")
-        lacks.append(f"KERAS_VIT_CHROMIUM={named!r} is not an executable file" if named
-                     else "Chromium (Debian package `chromium`)")
+    named = os.environ.get("KERAS_VIT_CHROMIUM")
+    found = chromium()
+    if found is None or chromium_version(found) is None:
+        lacks.append(f"a Chromium binary, and KERAS_VIT_CHROMIUM={named!r} is not one (point it at chromium or "
+                     "chrome, or unset it)" if named else "Chromium (Debian package `chromium`)")
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
@@ -155,7 +166,11 @@ class Browser:
         self._server, self._base = serve(self._root)
         self._playwright = sync_playwright().start()
         try:
-            self._browser = launch(self._playwright)
+            try:
+                self._browser = launch(self._playwright)
+            except Exception as e:  # the binary is there but does not start (no display libraries, a bad build)
+                first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+                raise WebCheckUnavailable(f"Chromium ({chromium()}) did not start: {first[:300]}") from None
             self.page = self.new_page()
         except BaseException:
             self.__exit__(None, None, None)

@@ -36,10 +36,48 @@ def choose_artifact(report):
     """
     if report.get("scores") == "tokens":
         raise ValueError("--web shows classes, and the model outputs a token sequence (batch, tokens, hidden_size)")
-    passed = [r for r in report["artifacts"] if r["format"] == "tflite" and r["passed"]]
+    passed = [r for r in report["artifacts"] if r["format"] == "tflite" and r["passed"] and "web_unsupported" not in r
+              and report.get("tflite_image_size") != "dynamic"]
     if not passed:
-        raise ValueError("--web needs a .tflite file that passed verification (--formats with tflite)")
+        raise ValueError("--web needs a fixed-size .tflite file that passed verification (--formats with tflite)")
     return next((r for r in passed if r["quantization"] == "float32"), passed[0])
+
+
+def check_page_target(folder, output_dir, overwrite=False):
+    """Checks `--web DIR` before any work: a folder path of its own, apart from the export's folder.
+
+    Raises:
+        ValueError: `folder` is empty, an existing file, or the same as / inside / around `output_dir` (replacing
+            the page would delete the export, or the export the page).
+        FileExistsError: `folder` exists and `overwrite` is False.
+    """
+    if not folder or not str(folder).strip():
+        raise ValueError("--web needs a folder path for the page. Received: --web ''")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ValueError(f"--web must be a folder, and {folder} is a file. Received: --web {folder}")
+    page, out = os.path.realpath(folder), os.path.realpath(output_dir)
+    if page == out or page.startswith(out + os.sep) or out.startswith(page + os.sep):
+        raise ValueError(f"--web must be a folder of its own, apart from --output-dir (the page's folder is written "
+                         f"whole, and --overwrite replaces it). Received: --web {folder}, --output-dir {output_dir}")
+    _files.check_target(folder, overwrite)
+
+
+def check_page_model(model, scores="probabilities", image_size=None):
+    """Checks that the page can show `model`'s files, before any work: class probabilities at a fixed size.
+
+    Raises:
+        ValueError: the files would output logits, a token sequence or other scores (the page shows
+            probabilities), or `image_size` is "dynamic" (MediaPipe runs fixed-size files only).
+    """
+    from export.scores import score_kind
+
+    kind = score_kind(model, scores)[0]
+    if kind != "probabilities":
+        raise ValueError(f"--web shows class probabilities, and the files would output {kind}"
+                         + (": leave out --scores logits" if scores == "logits" else ""))
+    if image_size == "dynamic":
+        raise ValueError("--web runs a .tflite file of fixed height and width in MediaPipe: leave out "
+                         "--image-size dynamic, or give a size (--image-size H,W)")
 
 
 def check_page_runtime():

@@ -116,8 +116,24 @@ def test_the_page_classifies_a_digit_given_through_its_file_input(exported, trai
         page.set_input_files("#file", str(tmp_path / "notes.txt"))
         assert page.get_attribute("#status", "class") == "error"
         assert "notes.txt is not an image" in page.inner_text("#status")
+        # the digit's results are gone: they are never read as the text file's
+        assert page.locator("#results li").count() == 0 and page.inner_text("#latency") == ""
+        assert not page.is_visible("#preview")
     finally:
         close()
+
+
+def test_the_page_opened_as_a_file_says_to_serve_it(exported):
+    from playwright.sync_api import sync_playwright
+
+    _, folder, _ = exported
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        page = browser.new_page()
+        page.goto(f"file://{folder}/index.html")
+        assert page.get_attribute("#status", "class") == "error"
+        assert page.inner_text("#status").startswith("Open this page through a web server, not as a file")
+        browser.close()
 
 
 def test_the_page_classifies_a_camera_frame(exported):
@@ -159,7 +175,7 @@ def test_without_chromium_or_npm_packages_web_check_exits_2_before_any_work(trai
         cli.main([trained_vit[1], "--web-check", "--output-dir", str(tmp_path / "out")])
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
-    assert "--web-check" in error and "no-chromium" in error and "is not an executable file" in error
+    assert "--web-check" in error and "no-chromium" in error and "is not one (point it at chromium" in error
     assert "@mediapipe/tasks-vision, onnxruntime-web" in error and "make install" in error
     assert not (tmp_path / "out").exists()
     with pytest.raises(SystemExit) as exit_info:
@@ -167,8 +183,34 @@ def test_without_chromium_or_npm_packages_web_check_exits_2_before_any_work(trai
     assert exit_info.value.code == 2
     assert "--web needs the npm package @mediapipe/tasks-vision" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not (tmp_path / "page").exists()
+    monkeypatch.setenv("KERAS_VIT_CHROMIUM", "/bin/false")  # executable, and not a browser
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([trained_vit[1], "--web-check", "--output-dir", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert "KERAS_VIT_CHROMIUM='/bin/false' is not one (point it at chromium or chrome, or unset it)" in capsys.readouterr().err
+    monkeypatch.delenv("KERAS_VIT_CHROMIUM")
     monkeypatch.delenv("KERAS_VIT_WEB_MODULES")
     with pytest.raises(SystemExit) as exit_info:
         cli.main([trained_vit[1], "--web", str(tmp_path / "page"), "--formats", "onnx", "--output-dir", str(tmp_path / "out")])
     assert exit_info.value.code == 2
     assert "--web runs a .tflite file: add tflite to --formats" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("web, extra, message", [
+    ("out", [], "--web must be a folder of its own, apart from --output-dir"),
+    ("out/page", ["--overwrite"], "--web must be a folder of its own, apart from --output-dir"),
+    (".", ["--overwrite"], "--web must be a folder of its own, apart from --output-dir"),
+    ("notes.md", ["--overwrite"], "--web must be a folder, and"),
+    ("", [], "--web needs a folder path for the page"),
+    ("page", ["--scores", "logits"], "--web shows class probabilities, and the files would output logits: leave out "
+                                     "--scores logits"),
+])
+def test_a_page_folder_that_would_clash_is_refused_before_any_work(trained_vit, tmp_path, monkeypatch, capsys, web,
+                                                                   extra, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.md").write_text("mine")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([trained_vit[1], "--web", web, "--output-dir", "out", *extra])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["notes.md"] and (tmp_path / "notes.md").read_text() == "mine"

@@ -7,10 +7,18 @@ const model = document.body.dataset.model;
 let classifier = null;
 let labels = [];
 
+// An error clears the previous image's results, so that they are never read as this one's.
 function say(text, error = false) {
   $("status").textContent = text;
   $("status").className = error ? "error" : "";
+  if (error) {
+    $("results").replaceChildren();
+    $("latency").textContent = "";
+  }
 }
+
+// The first line of an error, short: MediaPipe's own errors carry a long source trace.
+const firstLine = (error) => String(error && error.message || error).split("\n")[0].slice(0, 200);
 
 function show(result, ms) {
   const categories = [...result.classifications[0].categories].sort((a, b) => b.score - a.score).slice(0, 5);
@@ -29,20 +37,33 @@ function classify(source, name) {
     say("The model is not loaded yet.", true);
     return;
   }
-  const start = performance.now();
-  const result = classifier.classify(source);
-  show(result, performance.now() - start);
-  say(`Classified ${name}.`);
+  try {
+    const start = performance.now();
+    const result = classifier.classify(source);
+    show(result, performance.now() - start);
+    say(`Classified ${name}.`);
+  } catch (error) {
+    say(`${name} could not be classified: ${firstLine(error)}`, true);
+  }
 }
 
 function pick(file) {
   if (!file) return;
+  const image = $("preview");
   if (!file.type.startsWith("image/")) {
+    image.hidden = true;
     say(`${file.name} is not an image (${file.type || "unknown type"}): pick a PNG, JPEG, WebP or GIF file.`, true);
     return;
   }
-  const image = $("preview");
-  image.onload = () => { image.hidden = false; classify(image, file.name); };
+  image.onload = () => {
+    if (!image.naturalWidth || !image.naturalHeight) {  // e.g. an SVG without width and height
+      image.hidden = true;
+      say(`${file.name} has no size in pixels: give an image with a width and height.`, true);
+      return;
+    }
+    image.hidden = false;
+    classify(image, file.name);
+  };
   image.onerror = () => { image.hidden = true; say(`${file.name} could not be read as an image.`, true); };
   image.src = URL.createObjectURL(file);
 }
@@ -64,7 +85,7 @@ $("camera").addEventListener("click", async () => {
     await video.play();
     $("snap").hidden = false;
   } catch (error) {
-    say(`The camera could not be opened: ${error.message || error}`, true);
+    say(`The camera could not be opened: ${firstLine(error)}`, true);
   }
 });
 $("snap").addEventListener("click", () => classify($("video"), "the camera frame"));
@@ -83,6 +104,6 @@ try {
   say(`Ready: pick or drop an image, or use the camera.`);
   document.body.dataset.ready = "true";
 } catch (error) {
-  say(`The model failed to load (${model}): ${error.message || error}`, true);
+  say(`The model failed to load (${model}): ${firstLine(error)}`, true);
   document.body.dataset.ready = "failed";
 }
