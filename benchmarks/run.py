@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from benchmarks.machine import cpu
 from benchmarks.throughput_tables import _one_line, best_settings, headline, markdown  # noqa: F401 (run's names too)
 
 SIZES = {"Ti16": (192, 12, 3, 768, 16), "S16": (384, 12, 6, 1536, 16), "B16": (768, 12, 12, 3072, 16)}
@@ -483,7 +484,7 @@ def main(argv=None):
     import torch
 
     result = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}, "
+        "machine": f"{cpu()}, {platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}, "
                    f"TensorFlow {tf.__version__}, Keras {keras.__version__}, PyTorch {torch.__version__}",
         "quick": args.quick, "models": list(models), "sections": sections, "failed_jobs": failed,
         "image_size": image, "steps": steps, "warmup": warmup, "peaks": peaks, "peak_sources": peak_sources,
