@@ -57,27 +57,15 @@ def export(model, folder, name):
     return tflite, onnx
 
 
-def _python_calls(tflite, onnx, image):
-    """`{(runtime, threads): call}` for LiteRT and onnxruntime in this process."""
-    import onnxruntime
-    from ai_edge_litert.interpreter import Interpreter
+def _python_calls(tflite, onnx):
+    """`{(runtime, threads): call}` for LiteRT and onnxruntime in this process, each on `benchmarks.edge.runner`'s
+    seeded batch-1 image (the image `measure` gives the browser)."""
+    from benchmarks.edge import runner
 
     calls = {}
     for threads in (1, 2):
-        interpreter = Interpreter(model_path=tflite, num_threads=threads)
-        interpreter.allocate_tensors()
-        index = interpreter.get_input_details()[0]["index"]
-
-        def run_litert(interpreter=interpreter, index=index):
-            interpreter.set_tensor(index, image)
-            interpreter.invoke()
-
-        calls["LiteRT (Python, XNNPACK)", threads] = run_litert
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        session = onnxruntime.InferenceSession(onnx, options, providers=["CPUExecutionProvider"])
-        feed = {session.get_inputs()[0].name: image}
-        calls["onnxruntime (Python)", threads] = lambda session=session, feed=feed: session.run(None, feed)
+        calls["LiteRT (Python, XNNPACK)", threads] = runner("tflite", tflite, threads)[0]
+        calls["onnxruntime (Python)", threads] = runner("onnx", onnx, threads)[0]
     return calls
 
 
@@ -92,8 +80,8 @@ def measure(models, demo_model, folder, rounds, runs, progress=print):
         model, source = build(name, demo_model)
         tflite, onnx = export(model, folder, name)
         shape = tuple(model.input_shape[1:])
-        image = np.random.default_rng(0).uniform(-1, 1, (1, *shape)).astype("float32")
-        calls = _python_calls(tflite, onnx, image)
+        image = np.random.default_rng(0).uniform(-1, 1, (1, *shape)).astype("float32")  # as benchmarks.edge.runner's
+        calls = _python_calls(tflite, onnx)
         times = {key: [] for key in [*calls, ("MediaPipe Tasks for Web (WASM)", 1), ("onnxruntime-web (WASM)", 1),
                                      ("onnxruntime-web (WASM)", 2)]}
         with Browser() as browser:

@@ -113,7 +113,7 @@ def _main(argv):
 
     try:
         _cli_text.check_arguments(args, FORMATS, QUANTIZATIONS, REFUSED, ONNX_QUANTIZATIONS)  # before the data is read
-        parse_list(args.formats, FORMATS, "format")
+        formats = parse_list(args.formats, FORMATS, "format")
         tflite_modes = parse_list(args.quantization, QUANTIZATIONS, "quantization")
         parse_list(args.onnx_quantization, ONNX_QUANTIZATIONS, "onnx_quantization")
         if args.web_check:
@@ -121,10 +121,10 @@ def _main(argv):
         if args.web is not None:
             check_page_target(args.web, args.output_dir, args.overwrite)
             check_page_runtime()
-            if "tflite" not in parse_list(args.formats, FORMATS, "format"):
+            if "tflite" not in formats:
                 raise ValueError(f"--web runs a .tflite file: add tflite to --formats. Received: --formats={args.formats}")
         model = load_vit(args.model)
-        if "tflite" in parse_list(args.formats, FORMATS, "format") and slow_on_cpu(tflite_modes):
+        if "tflite" in formats and slow_on_cpu(tflite_modes):
             print(slow_on_cpu(tflite_modes), flush=True)
         parse_image_size(args.image_size, model, argument="--image-size")
         if args.web is not None:

@@ -252,10 +252,12 @@ def web_figures(browser, artifact, row, images, labels, reference_fn, inputs, me
     Args:
         browser: an open `Browser`.
         artifact: the `export.verify.Artifact` (its file at `artifact.path`).
-        row: its verification row: `scores` ("probabilities", "logits", "outputs" or "tokens").
+        row: its verification row: `scores` ("probabilities", "logits", "outputs" or "tokens"); the artifact is a
+            .tflite or .onnx file (a SavedModel has no browser runtime).
         images: float32 `(n, h, w, c)` in [-1, 1], the verification images.
         labels: optional int `(n,)`.
-        reference_fn: `images in [-1, 1] -> the Keras model's outputs`, as the artifact's (float32).
+        reference_fn: `rounded -> the Keras model's outputs` on `images` (as the artifact's, float32), or with
+            `rounded` True on the uint8 frames MediaPipe is given (`to_frames(images)`, back in [-1, 1]).
         inputs: the images as the artifact takes them (`export.verify._artifact_inputs`), for ONNX files.
         measure_latency: bool: also the median batch-1 latency in the browser (ms, 10 calls, one thread).
 
@@ -266,9 +268,7 @@ def web_figures(browser, artifact, row, images, labels, reference_fn, inputs, me
         `web_latency_ms_batch1` and `web_failures` (the file's own bars broken in the browser; empty if none).
     """
     kind = row["scores"]
-    out = {"web_runtime": runtimes().get(artifact.format)}
-    if artifact.format not in ("tflite", "onnx"):
-        return {"web_unsupported": "no browser runtime for a SavedModel"}
+    out = {"web_runtime": runtimes()[artifact.format]}
     if artifact.format == "tflite" and kind == "tokens":
         return {**out, "web_unsupported": "MediaPipe's ImageClassifier reads classes; the file outputs a token sequence"}
     if artifact.format == "tflite" and artifact.dynamic_size:
@@ -277,11 +277,10 @@ def web_figures(browser, artifact, row, images, labels, reference_fn, inputs, me
     runs = 10 if measure_latency else 0
     try:
         if artifact.format == "tflite":
-            frames = to_frames(images)
-            reference = reference_fn(frames.astype("float32") / 127.5 - 1.0)  # what MediaPipe's frames hold
-            outputs, times = browser.mediapipe_scores(artifact.path, frames, reference.shape[-1], runs)
+            reference = reference_fn(True)  # on what MediaPipe's frames hold
+            outputs, times = browser.mediapipe_scores(artifact.path, to_frames(images), reference.shape[-1], runs)
         else:
-            reference = reference_fn(images)
+            reference = reference_fn(False)
             outputs, times = browser.onnx_outputs(artifact.path, inputs, 1, runs)
             outputs = outputs.reshape(reference.shape)
     except Exception as e:  # the runtime refuses this kind of file: reported, not fatal (as MediaPipe in Python)
@@ -317,10 +316,18 @@ def check_in_browser(model, artifacts, rows, images, labels=None, measure_latenc
     if not checked:
         return
     images = np.asarray(images, dtype="float32")
+    rounded = to_frames(images).astype("float32") / 127.5 - 1.0  # the frames MediaPipe is given, in [-1, 1]
+    references = {}  # the Keras model runs once per score kind and set of images, not once per file
+
+    def reference(scores, on_frames):
+        if (scores, on_frames) not in references:
+            references[scores, on_frames] = reference_outputs(model, rounded if on_frames else images, scores)
+        return references[scores, on_frames]
+
     with Browser() as browser:
         for artifact, row in checked:
             figures = web_figures(browser, artifact, row, images, labels,
-                                  lambda x, scores=artifact.scores: reference_outputs(model, x, scores),
+                                  lambda on_frames, scores=artifact.scores: reference(scores, on_frames),
                                   _artifact_inputs(model, artifact, images), measure_latency)
             row.update(figures)
             if figures.get("web_failures"):
