@@ -19,9 +19,10 @@ system-deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libusb-1.0-0; }
 	@# The browser check and page (--web-check, --web; docs/web.md): Debian's Chromium, and npm for the pinned
-	@# packages; each only if missing (Debian's npm conflicts with a Node.js installed from elsewhere).
-	@missing=$$(for p in chromium npm; do command -v $$p >/dev/null || echo $$p; done); [ -z "$$missing" ] || { \
-	  echo "installing Debian packages $$missing (the browser check, docs/web.md)"; \
+	@# packages; each only if missing (Debian's npm conflicts with a Node.js installed from elsewhere). g++: the
+	@# benchmarks' torch.compile peer (benchmarks/peers.py) compiles its kernels with it.
+	@missing=$$(for p in chromium npm g++; do command -v $$p >/dev/null || echo $$p; done); [ -z "$$missing" ] || { \
+	  echo "installing Debian packages $$missing (the browser check, docs/web.md; g++: torch.compile)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; }
 

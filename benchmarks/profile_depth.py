@@ -13,7 +13,9 @@ import sys
 
 import numpy as np
 
-from benchmarks.run import _keras_models, _torch_model, median_seconds
+from benchmarks.peers import torch_model
+from benchmarks.run import _keras_models
+from benchmarks.timing import median_seconds
 
 DEPTHS = (0, 4, 12)
 
@@ -48,7 +50,7 @@ def main(argv=None):
                 label = f"{name} (XLA {'on' if jit else 'off'})"
                 ms.setdefault(label, {})[depth] = _time(lambda: f(tx).numpy())
         torch.set_num_threads(2)
-        tm = _torch_model(config, 224).eval()
+        tm = torch_model(config, 224).eval()
         if depth == 0:  # drop the one block built
             if hasattr(tm.vit, "layers"):
                 tm.vit.layers = torch.nn.ModuleList()

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from benchmarks.run import wall_times
+from benchmarks.timing import wall_times
 
 TOKENS = 197  # 14 x 14 patches + the class token at 224 px, patch 16
 WIDTHS = {"Ti16": (192, 768), "S16": (384, 1536), "B16": (768, 3072)}  # hidden_size, mlp_dim

@@ -14,10 +14,12 @@ after warm-up steps (XLA compilation excluded). Nothing here asserts a time.
 
 Figures per row: images/s; achieved GFLOP/s from the analytic FLOP count of the model (forward
 2 x MACs per image; training counted as 3x forward); and that as a fraction of the matrix-multiply
-peak measured in the same run (the best float32 and bfloat16 matrix product of TensorFlow with and
-without XLA and of PyTorch; the peak of the row's compute dtype). Peers, same configuration, same run: keras-hub's `ViTBackbone` (+ token pooling and a
-Dense head, Keras 3 on TensorFlow) and Hugging Face transformers' `ViTForImageClassification` in
-PyTorch (eager; bfloat16 through `torch.autocast`).
+peak measured in the row's own process (the best float32 and bfloat16 matrix product of TensorFlow with
+and without XLA and of PyTorch; the peak of the row's compute dtype). Peers, same configuration, same
+run: keras-hub's `ViTBackbone` (+ token pooling and a Dense head, Keras 3 on TensorFlow) and Hugging
+Face transformers' `ViTForImageClassification` in PyTorch, eager and under `torch.compile` (bfloat16
+through `torch.autocast`); and keras_vit itself on Keras' JAX and PyTorch backends (`benchmarks.peers`).
+After the tables of rows: the fastest exported float32 file against the fastest PyTorch peer.
 """
 
 import argparse
@@ -32,11 +34,15 @@ import time
 import numpy as np
 
 from benchmarks.machine import cpu
-from benchmarks.throughput_tables import _one_line, best_settings, headline, markdown  # noqa: F401 (run's names too)
+from benchmarks.peers import BACKENDS, backend_env, infer_backend, infer_torch, keras_hub_model, train_torch
+from benchmarks.throughput_tables import (  # noqa: F401 (run's names too)
+    TORCH_PEERS, _one_line, best_settings, files_against_torch, headline, markdown)
+from benchmarks.timing import median_seconds, wall_times
 
 SIZES = {"Ti16": (192, 12, 3, 768, 16), "S16": (384, 12, 6, 1536, 16), "B16": (768, 12, 12, 3072, 16)}
 QUICK = {"tiny": (64, 2, 4, 128, 8)}
 HERE = os.path.dirname(os.path.abspath(__file__))
+ARTIFACT_MODELS = ("Ti16", "S16")
 
 
 def vit_flops(hidden, layers, mlp, patch, image, classes=1000, channels=3):
@@ -51,23 +57,6 @@ def vit_flops(hidden, layers, mlp, patch, image, classes=1000, channels=3):
 
 def _median_rate(times, images):
     return images / statistics.median(times)
-
-
-def wall_times(call, runs, warmup=0):
-    """Wall times in seconds of `runs` calls of `call()`, after `warmup` untimed ones."""
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def median_seconds(call, steps, warmup):
-    """Median wall time of `call()` over `steps` runs after `warmup` untimed ones."""
-    return statistics.median(wall_times(call, steps, warmup))
 
 
 def matmul_peak(dtype, n=4096, repeats=5):
@@ -118,27 +107,13 @@ def _keras_models(name, config, image, classes=1000, only=None):
 
     hidden, layers, heads, mlp, patch = config
     if only == "keras-hub":
-        return {"keras-hub": _keras_hub_model(name, config, image, classes)}
+        return {"keras-hub": keras_hub_model(name, config, image, classes)}
     ours = keras_vit.VisionTransformer(patch_size=patch, hidden_size=hidden, num_layers=layers, num_heads=heads,
                                        mlp_dim=mlp, input_shape=(image, image, 3), classes=classes,
                                        classifier_activation=None, name=f"keras_vit_{name}")
     if only == "keras_vit":
         return {"keras_vit": ours}
-    return {"keras_vit": ours, "keras-hub": _keras_hub_model(name, config, image, classes)}
-
-
-def _keras_hub_model(name, config, image, classes):
-    import keras
-    from keras_hub.models import ViTBackbone
-
-    hidden, layers, heads, mlp, patch = config
-
-    inputs = keras.Input((image, image, 3))
-    backbone = ViTBackbone(image_shape=(image, image, 3), patch_size=patch, num_layers=layers, num_heads=heads,
-                           hidden_dim=hidden, mlp_dim=mlp)
-    tokens = backbone(inputs)
-    logits = keras.layers.Dense(classes, dtype="float32")(tokens[:, 0])
-    return keras.Model(inputs, logits, name=f"keras_hub_{name}")
+    return {"keras_vit": ours, "keras-hub": keras_hub_model(name, config, image, classes)}
 
 
 def train_keras(model, batch, steps, warmup, jit):
@@ -165,46 +140,6 @@ def infer_keras(model, batch, steps, warmup, jit=True):
     return batch / median_seconds(lambda: f(x).numpy(), steps, warmup)
 
 
-def _torch_model(config, image, classes=1000):
-    import torch
-    import transformers
-
-    hidden, layers, heads, mlp, patch = config
-    torch.set_num_threads(os.cpu_count() or 1)
-    cfg = transformers.ViTConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                                 intermediate_size=mlp, image_size=image, patch_size=patch, num_labels=classes,
-                                 layer_norm_eps=1e-6)
-    return transformers.ViTForImageClassification(cfg)
-
-
-def train_torch(config, image, batch, steps, warmup, bf16):
-    import torch
-
-    model = _torch_model(config, image).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (batch, 3, image, image)).astype("float32"))
-    y = torch.arange(batch) % 1000
-
-    def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = torch.nn.functional.cross_entropy(model(pixel_values=x).logits.float(), y)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-
-    return batch / median_seconds(step, steps, warmup)
-
-
-def infer_torch(config, image, batch, steps, warmup, bf16=False):
-    import torch
-
-    model = _torch_model(config, image).eval()
-    x = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (batch, 3, image, image)).astype("float32"))
-    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        return batch / median_seconds(lambda: model(pixel_values=x), steps, warmup)
-
-
 def _row(section, impl, model, precision, xla, batch, rate, flops, peaks, extra=""):
     gflops = None if rate is None else rate * flops / 1e9
     peak = peaks["bfloat16" if "bfloat16" in precision else "float32"]
@@ -216,39 +151,62 @@ def _row(section, impl, model, precision, xla, batch, rate, flops, peaks, extra=
 
 
 def train_row(name, config, image, batch, steps, warmup, peaks, impl, precision, jit):
-    """One training figure: `impl` ("keras_vit", "keras-hub" or "torch") in `precision`, XLA `jit` (Keras only)."""
-    import keras
-
+    """One training figure: `impl` ("keras_vit", "keras-hub", "torch", "torch_compile"; "keras_vit" also on the JAX
+    and PyTorch backends, whichever Keras runs) in `precision`, XLA `jit` (Keras on TensorFlow and JAX only).
+    Keras (and with it TensorFlow) is imported only for a Keras figure: a PyTorch figure is PyTorch's process alone."""
     hidden, layers, heads, mlp, patch = config
     flops = 3 * vit_flops(hidden, layers, mlp, patch, image)
-    if impl == "torch":
-        rate = train_torch(config, image, batch, steps, warmup, bf16=precision != "float32")
-        return _row("train", "HF transformers (PyTorch)", name, precision, "n/a", batch, rate, flops, peaks,
-                    "eager" + (", autocast bfloat16" if precision != "float32" else ""))
+    if impl in ("torch", "torch_compile"):
+        compiled = impl == "torch_compile"
+        rate = train_torch(config, image, batch, steps, warmup, bf16=precision != "float32", compiled=compiled)
+        return _row("train", TORCH_PEERS[impl], name, precision, "n/a", batch, rate, flops, peaks,
+                    ("torch.compile" if compiled else "eager") + (", autocast bfloat16" if precision != "float32" else ""))
+    import keras
+
+    backend = keras.backend.backend()
     keras.mixed_precision.set_global_policy(precision)
     try:
         model = _keras_models(name, config, image, only=impl)[impl]
         rate = train_keras(model, batch, steps, warmup, jit)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+    if backend != "tensorflow":
+        return _row("train", BACKENDS[backend], name, precision, "on" if backend == "jax" else "n/a", batch, rate,
+                    flops, peaks, "jax.jit" if backend == "jax" else "eager")
     return _row("train", impl, name, precision, "on" if jit else "off", batch, rate, flops, peaks)
 
 
-def infer_rows(name, config, image, batches, steps, warmup, peaks):
-    """Inference figures of the three implementations (float32, Keras with XLA) at each batch size."""
-    import keras
-
+def infer_rows(name, config, image, batches, steps, warmup, peaks, impl=None):
+    """Inference figures (float32) at each batch size: with `impl` None, keras_vit and keras-hub (Keras with XLA) and
+    HF's PyTorch ViT (eager) on the backend Keras runs: TensorFlow, or JAX / PyTorch (keras_vit alone); with
+    `impl="torch_compile"`, HF's ViT under `torch.compile` (Keras not imported: see `train_row`)."""
     hidden, layers, heads, mlp, patch = config
     flops = vit_flops(hidden, layers, mlp, patch, image)
-    keras.mixed_precision.set_global_policy("float32")
-    built = _keras_models(name, config, image)
     rows = []
+    if impl == "torch_compile":
+        for batch in batches:
+            rate = infer_torch(config, image, batch, steps, warmup, compiled=True)
+            rows.append(_row("infer", TORCH_PEERS[impl], name, "float32", "n/a", batch, rate, flops, peaks,
+                             "torch.compile, inference_mode"))
+        return rows
+    import keras
+
+    keras.mixed_precision.set_global_policy("float32")
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        model = _keras_models(name, config, image, only="keras_vit")["keras_vit"]
+        for batch in batches:
+            rate = infer_backend(model, batch, steps, warmup)
+            rows.append(_row("infer", BACKENDS[backend], name, "float32", "on" if backend == "jax" else "n/a", batch,
+                             rate, flops, peaks, "jax.jit" if backend == "jax" else "eager, inference_mode"))
+        return rows
+    built = _keras_models(name, config, image)
     for batch in batches:
         for impl, model in built.items():
             rate = infer_keras(model, batch, steps, warmup)
             rows.append(_row("infer", impl, name, "float32", "on", batch, rate, flops, peaks))
         rate = infer_torch(config, image, batch, steps, warmup)
-        rows.append(_row("infer", "HF transformers (PyTorch)", name, "float32", "n/a", batch, rate, flops, peaks,
+        rows.append(_row("infer", TORCH_PEERS["torch"], name, "float32", "n/a", batch, rate, flops, peaks,
                          "eager, inference_mode"))
     return rows
 
@@ -256,7 +214,7 @@ def infer_rows(name, config, image, batches, steps, warmup, peaks):
 def jobs(models, sections):
     """The figures to measure, one job per process: memory a framework keeps after a model (XLA executables,
     allocator caches) is returned to the system when the process ends; in one process a full run outgrew
-    24 GB during B/16."""
+    24 GB during B/16. A job with a "backend" runs Keras on that backend (`benchmarks.peers.backend_env`)."""
     out = []
     for name in models:
         if "train" in sections:
@@ -264,23 +222,31 @@ def jobs(models, sections):
                 for jit in (True, False):
                     for impl in ("keras_vit", "keras-hub"):
                         out.append({"kind": "train", "model": name, "impl": impl, "precision": precision, "jit": jit})
-                out.append({"kind": "train", "model": name, "impl": "torch", "precision": precision, "jit": None})
+                for backend, jit in (("jax", True), ("torch", False)):
+                    out.append({"kind": "train", "model": name, "impl": "keras_vit", "precision": precision,
+                                "jit": jit, "backend": backend})
+                for impl in TORCH_PEERS:
+                    out.append({"kind": "train", "model": name, "impl": impl, "precision": precision, "jit": None})
         if "infer" in sections:
             out.append({"kind": "infer", "model": name})
-    if "artifacts" in sections:
-        out.append({"kind": "artifacts", "model": next(iter(models))})
+            out.append({"kind": "infer", "model": name, "impl": "torch_compile"})
+            for backend in BACKENDS:
+                out.append({"kind": "infer", "model": name, "backend": backend})
+    if "artifacts" in sections:  # Ti/16 and S/16: issue 30's bar for the exported files (B/16 would add minutes)
+        out += [{"kind": "artifacts", "model": name} for name in models if name in ARTIFACT_MODELS] or \
+            [{"kind": "artifacts", "model": next(iter(models))}]
     return out
 
 
 def run_job(job, models, image, batch, steps, warmup, peaks):
-    """Measures one job of `jobs` in this process; returns its rows."""
+    """Measures one job of `jobs` in this process (Keras on the job's backend already); returns its rows."""
     name = job["model"]
     config = models[name]
     if job["kind"] == "train":
         return [train_row(name, config, image, batch, steps, warmup, peaks, job["impl"], job["precision"],
                           job["jit"])]
     if job["kind"] == "infer":
-        return infer_rows(name, config, image, (1, 8), steps, warmup, peaks)
+        return infer_rows(name, config, image, (1, 8), steps, warmup, peaks, impl=job.get("impl"))
     return bench_artifacts(name, config, image, (1, 8), steps, warmup, peaks)
 
 
@@ -291,7 +257,7 @@ def run_isolated(job, settings):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
         cmd = [sys.executable, "-m", "benchmarks.run", "--job", json.dumps({**settings, "job": job, "out": out})]
-        proc = subprocess.run(cmd, cwd=os.path.dirname(HERE))
+        proc = subprocess.run(cmd, cwd=os.path.dirname(HERE), env=backend_env(job.get("backend", "tensorflow")))
         if proc.returncode != 0 or not os.path.exists(out):
             print(f"  job {job} failed (exit status {proc.returncode}); its figures are missing", flush=True)
             return []
@@ -330,9 +296,15 @@ def run_edge(models, quick, update_readme, output_dir):
 
 
 def _child(spec):
-    """The child side of `run_isolated`: measure, write the rows as JSON."""
+    """The child side of `run_isolated`: measure, write the rows as JSON. With `spec["peaks"]` None the child first
+    measures this machine's matrix-multiply peaks itself (`matmul_peak`, 2 timed products per engine), so that a row's
+    fraction of peak divides by a peak measured in the row's own process (issue 30, item 1)."""
+    size = spec.get("peak_size", 4096)
+    peaks = spec["peaks"] or {dtype: matmul_peak(dtype, n=size, repeats=2)[0] for dtype in ("float32", "bfloat16")}
     rows = run_job(spec["job"], {k: tuple(v) for k, v in spec["models"].items()}, spec["image"], spec["batch"],
-                   spec["steps"], spec["warmup"], spec["peaks"])
+                   spec["steps"], spec["warmup"], peaks)
+    for row in rows:
+        row["peak_gflops"] = peaks["bfloat16" if "bfloat16" in row["precision"] else "float32"]
     with open(spec["out"], "w") as f:
         json.dump(rows, f)
     return True
@@ -466,12 +438,15 @@ def main(argv=None):
             parser.error(f"--update-readme: {readme} lacks the <!-- results:begin --> / <!-- results:end --> markers")
     output_dir = args.output_dir or (os.path.join(HERE, "results") if full else
                                      os.path.join(os.path.dirname(HERE), "runs", "bench"))
-    measured = {dtype: matmul_peak(dtype) for dtype in ("float32", "bfloat16")}
+    peak_size = 1024 if args.quick else 4096  # --quick: a smoke run, its peaks only roughly this machine's
+    measured = {dtype: matmul_peak(dtype, n=peak_size) for dtype in ("float32", "bfloat16")}
     peaks = {dtype: value for dtype, (value, _) in measured.items()}
     peak_sources = {dtype: source for dtype, (_, source) in measured.items()}
     print(f"matmul peak: float32 {peaks['float32']:.0f} GFLOP/s ({peak_sources['float32']}), "
           f"bfloat16 {peaks['bfloat16']:.0f} GFLOP/s ({peak_sources['bfloat16']})", flush=True)
-    settings = {"models": models, "image": image, "batch": batch, "steps": steps, "warmup": warmup, "peaks": peaks}
+    # peaks None: each child measures its own (`_child`); the parent's figures head the tables
+    settings = {"models": models, "image": image, "batch": batch, "steps": steps, "warmup": warmup, "peaks": None,
+                "peak_size": peak_size}
     rows, failed = [], 0
     for job in jobs(models, sections):
         got = run_isolated(job, settings)
@@ -488,9 +463,11 @@ def main(argv=None):
                    f"TensorFlow {tf.__version__}, Keras {keras.__version__}, PyTorch {torch.__version__}",
         "quick": args.quick, "models": list(models), "sections": sections, "failed_jobs": failed,
         "image_size": image, "steps": steps, "warmup": warmup, "peaks": peaks, "peak_sources": peak_sources,
+        "peak_size": peak_size,
         "rows": rows,
         "headline": headline(rows),
         "best_settings": best_settings(rows),
+        "files_against_torch": files_against_torch(rows),
     }
     table = markdown(result)
     print()

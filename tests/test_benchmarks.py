@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks.run import best_settings, headline, vit_flops
+from benchmarks.run import best_settings, files_against_torch, headline, vit_flops
 
 
 def test_flop_count_matches_published_macs():
@@ -34,6 +34,26 @@ def test_headline_ratio_uses_the_best_peer_of_the_same_configuration():
     (b,) = best_settings(rows)  # each side's fastest setting: keras_vit XLA off, keras-hub XLA off
     assert (b["keras_vit_xla"], b["best_peer"], b["best_peer_xla"]) == ("off", "keras-hub", "off")
     assert b["ratio"] == pytest.approx(11.0 / 99.0)
+    # keras_vit on another backend is keras_vit's best setting where faster, never a peer of the headline
+    rows.append({"section": "train", "implementation": "keras_vit (JAX)", "model": "Ti16", "precision": "float32",
+                 "xla": "on", "batch": 8, "images_per_s": 150.0})
+    (b,) = best_settings(rows)
+    assert (b["keras_vit_setting"], b["keras_vit"], b["best_peer"]) == ("JAX", 150.0, "keras-hub")
+    assert [h["best_peer"] for h in headline(rows)] == ["keras-hub", "torch"]  # XLA off, on: never keras_vit (JAX)
+
+
+def test_exported_files_are_set_against_the_fastest_pytorch_peer_only():
+    def row(section, impl, rate, batch=1):
+        return {"section": section, "implementation": impl, "model": "Ti16", "precision": "float32", "xla": "n/a",
+                "batch": batch, "images_per_s": rate}
+
+    rows = [row("artifacts", "TFLite float32 (LiteRT, 2 threads)", 100.0), row("artifacts", "ONNX Runtime", 80.0),
+            row("artifacts", "TFLite int8 (LiteRT, 1 thread)", 500.0),  # not a float32 file: not counted
+            row("infer", "HF transformers (PyTorch)", 50.0), row("infer", "HF transformers (torch.compile)", 40.0),
+            row("infer", "keras_vit (PyTorch backend)", 10.0), row("infer", "keras-hub", 99.0),  # not PyTorch peers
+            row("artifacts", "ONNX Runtime", 30.0, batch=8)]  # no PyTorch figure at batch 8: no row
+    (h,) = files_against_torch(rows)
+    assert (h["file"], h["torch"], h["ratio"]) == ("TFLite float32 (LiteRT, 2 threads)", "HF transformers (PyTorch)", 2.0)
 
 
 @pytest.mark.slow
@@ -45,8 +65,11 @@ def test_quick_run_reports_every_row(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads((tmp_path / "latest.json").read_text())
     impls = {r["implementation"] for r in data["rows"]}
-    assert impls == {"keras_vit", "keras-hub", "HF transformers (PyTorch)"}
-    assert len([r for r in data["rows"] if r["section"] == "train"]) == 10  # 2 precisions x (2 x 2 Keras + torch)
+    assert impls == {"keras_vit", "keras-hub", "HF transformers (PyTorch)", "HF transformers (torch.compile)",
+                     "keras_vit (JAX)", "keras_vit (PyTorch backend)"}
+    # 2 precisions x (XLA on/off x 2 Keras on TensorFlow + keras_vit on JAX and PyTorch + HF eager and compiled)
+    assert len([r for r in data["rows"] if r["section"] == "train"]) == 16
+    assert len([r for r in data["rows"] if r["section"] == "infer"]) == 2 * 6  # batch 1 and 8
     assert all(r["images_per_s"] > 0 and 0 < r["fraction_of_peak"] < 1.5 for r in data["rows"])
     assert data["peaks"]["float32"] > 0 and data["headline"] and data["best_settings"]
     assert data["quick"] is True and data["failed_jobs"] == 0 and data["sections"] == ["train", "infer"]
@@ -78,8 +101,10 @@ def test_every_figure_gets_its_own_process_and_a_failed_one_is_reported_not_fata
 
     listed = jobs({"Ti16": SIZES["Ti16"], "B16": SIZES["B16"]}, ["train", "infer", "artifacts"])
     train = [j for j in listed if j["kind"] == "train"]
-    assert len(train) == 2 * 2 * (2 * 2 + 1)  # models x precisions x (XLA on/off x 2 Keras + PyTorch)
-    assert [j["model"] for j in listed if j["kind"] != "train"] == ["Ti16", "B16", "Ti16"]  # infer x2, artifacts
+    assert len(train) == 2 * 2 * (2 * 2 + 2 + 2)  # models x precisions x (XLA x 2 Keras, 2 backends, 2 PyTorch)
+    assert {j.get("backend") for j in train} == {None, "jax", "torch"}
+    # infer: TensorFlow's, torch.compile's, JAX's and the PyTorch backend's process per model; artifacts: Ti16 only
+    assert [j["model"] for j in listed if j["kind"] != "train"] == ["Ti16"] * 4 + ["B16"] * 4 + ["Ti16"]
     settings = {"models": {"Ti16": SIZES["Ti16"]}, "image": 32, "batch": 1, "steps": 1, "warmup": 0,
                 "peaks": {"float32": 1.0, "bfloat16": 1.0}}
     assert run_isolated({"kind": "infer", "model": "unknown"}, settings) == []
