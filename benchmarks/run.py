@@ -153,7 +153,7 @@ def _row(section, impl, model, precision, xla, batch, rate, flops, peaks, extra=
 def train_row(name, config, image, batch, steps, warmup, peaks, impl, precision, jit):
     """One training figure: `impl` ("keras_vit", "keras-hub", "torch", "torch_compile"; "keras_vit" also on the JAX
     and PyTorch backends, whichever Keras runs) in `precision`, XLA `jit` (Keras on TensorFlow and JAX only).
-    Keras (and with it TensorFlow) is imported only for a Keras figure: a PyTorch figure is PyTorch's process alone."""
+    Keras is imported only for a Keras figure (the process's peak, `_child`, imports TensorFlow and PyTorch anyway)."""
     hidden, layers, heads, mlp, patch = config
     flops = 3 * vit_flops(hidden, layers, mlp, patch, image)
     if impl in ("torch", "torch_compile"):
@@ -297,8 +297,9 @@ def run_edge(models, quick, update_readme, output_dir):
 
 def _child(spec):
     """The child side of `run_isolated`: measure, write the rows as JSON. With `spec["peaks"]` None the child first
-    measures this machine's matrix-multiply peaks itself (`matmul_peak`, 2 timed products per engine), so that a row's
-    fraction of peak divides by a peak measured in the row's own process (issue 30, item 1)."""
+    measures this machine's matrix-multiply peaks itself (`matmul_peak`: TensorFlow with and without XLA and PyTorch,
+    2 timed products each; not JAX's), so that a row's fraction of peak divides by a peak measured in the row's own
+    process (issue 30, item 1)."""
     size = spec.get("peak_size", 4096)
     peaks = spec["peaks"] or {dtype: matmul_peak(dtype, n=size, repeats=2)[0] for dtype in ("float32", "bfloat16")}
     rows = run_job(spec["job"], {k: tuple(v) for k, v in spec["models"].items()}, spec["image"], spec["batch"],
