@@ -5,8 +5,8 @@
 Six files per variant (random init, seed 0; no weights can be downloaded here; speed does not depend on them):
 - "keras_vit": `export.onnx.export_onnx` (tf2onnx, opset 17, dynamic batch), the file `keras-vit-export` writes;
 - "keras_vit fused": that file through `onnxruntime.transformers.optimizer.optimize_model(model_type="vit")`;
-- "keras_vit LayerNorm" and its "fused": that file with each LayerNorm subgraph rewritten as one ONNX
-  `LayerNormalization` node (`layer_norm_file`), plain and through the optimizer;
+- "keras_vit rewritten" and its "fused": that file with each LayerNorm subgraph rewritten as one ONNX
+  `LayerNormalization` node and each GELU's products reordered (`rewritten_file`), plain and through the optimizer;
 - "HF": Hugging Face's `ViTForImageClassification` of the same configuration through `torch.onnx.export`
   (TorchScript exporter, opset 17, dynamic batch: the `dynamo=True` exporter needs onnxscript, not installed);
 - "HF fused": that file through the same optimizer.
@@ -43,11 +43,11 @@ def keras_vit_file(variant, path):
     keras.utils.set_random_seed(0)
     model = keras_vit.VisionTransformer(patch_size=PATCH, hidden_size=hidden, num_layers=layers, num_heads=heads,
                                         mlp_dim=mlp, input_shape=(IMAGE, IMAGE, 3), classes=CLASSES)
-    # As after training: no all-zero LayerNorm beta (tf2onnx drops an Add of zeros) and no all-zero head (the
+    # As after training: no all-zero LayerNorm beta or bias (tf2onnx drops an Add of zeros) and no all-zero head (the
     # probabilities would be uniform and compare equal whatever the file computes).
     rng = np.random.default_rng(0)
     for weight in model.weights:
-        if weight.path.endswith(("beta", "gamma")) or weight.path.startswith("predictions"):
+        if weight.path.endswith(("beta", "gamma", "bias")) or weight.path.startswith("predictions"):
             mean = 1.0 if weight.path.endswith("gamma") else 0.0
             weight.assign(rng.normal(mean, 0.5, weight.shape).astype("float32"))
     return export_onnx(model, path, overwrite=True, verify=False)
@@ -93,17 +93,23 @@ def fused_file(source, path, num_heads, hidden_size):
     return {op: n for op, n in model.get_fused_operator_statistics().items() if n}
 
 
-def layer_norm_file(source, path):
+def _is(value, number):
+    return value is not None and value.size == 1 and abs(float(value) - number) < 1e-6
+
+
+def rewritten_file(source, path):
     """Writes `source`, a tf2onnx file of keras_vit, to `path` with each of its LayerNorm subgraphs replaced by one
-    ONNX `LayerNormalization` node (opset 17, last axis), so that onnxruntime's optimizer can fuse it.
+    ONNX `LayerNormalization` node (opset 17, last axis) and each GELU's products put in the order of onnxruntime's
+    TensorFlow GELU pattern, so that onnxruntime's optimizer can fuse them.
 
     tf2onnx writes Keras 3's LayerNormalization as `d = Sub(x, GlobalAveragePool(x))`, `Mul(d, d)`,
     `GlobalAveragePool`, `Add(epsilon)`, `Sqrt`, `Reciprocal`, `Mul(gamma)`, `Mul(d, ...)` and, unless beta is all
-    zeros, `Add(beta)`. Neither of the optimizer's LayerNorm patterns matches that (benchmarks/README.md). A subgraph
-    that differs anywhere is left as it is. Nodes that no longer feed an output are dropped.
+    zeros, `Add(beta)`. Neither of the optimizer's LayerNorm patterns matches that (benchmarks/README.md). Its GELU
+    is `Mul(Mul(x, 0.5), Add(1, Erf(Mul(x, 0.7071))))`, where the pattern wants `Mul(x, Mul(Add(...), 0.5))`. A
+    subgraph that differs anywhere is left as it is. Nodes that no longer feed an output are dropped.
 
     Returns:
-        The number of LayerNorms replaced.
+        `{"LayerNormalization (rewritten)": count, "GELU (reordered)": count}`.
     """
     import collections
 
@@ -148,9 +154,29 @@ def layer_norm_file(source, path):
         if bias and constants.get(beta, np.zeros(0)).ndim == 1:
             inputs, out = inputs + [beta], bias.output[0]
         epsilon = float(constants[add_eps.input[1]])
-        replaced[out] = helper.make_node("LayerNormalization", inputs, [out], axis=-1, epsilon=epsilon,
-                                         name=f"{sqrt.name}/LayerNormalization")
-    nodes = [replaced.get(node.output[0], node) for node in graph.node]
+        replaced[out] = [helper.make_node("LayerNormalization", inputs, [out], axis=-1, epsilon=epsilon,
+                                          name=f"{sqrt.name}/LayerNormalization")]
+    layer_norms, gelus = len(replaced), 0
+    for erf in [node for node in graph.node if node.op_type == "Erf"]:
+        scaled = parent(erf, "Mul")
+        one = only_consumer(erf.output[0], "Add")
+        product = one and only_consumer(one.output[0], "Mul")
+        half = product and next((producer.get(name) for name in product.input if name != one.output[0]), None)
+        if not (scaled and half and half.op_type == "Mul" and len(consumers[half.output[0]]) == 1):
+            continue
+        x = next((name for name in scaled.input if name not in constants), None)
+        halves = [name for name in half.input if name in constants and float(constants[name]) == 0.5]
+        if not (halves and x in half.input and any(_is(constants.get(n), 0.70710677) for n in scaled.input)
+                and any(_is(constants.get(n), 1.0) for n in one.input)):
+            continue
+        # 0.5 * x * (1 + erf(x / sqrt 2)) as x * ((1 + erf(...)) * 0.5), the order of onnxruntime's TensorFlow GELU
+        # pattern; multiplying by 0.5 is exact, so the product is bit for bit the same
+        halved = f"{erf.name}/half"
+        replaced[product.output[0]] = [helper.make_node("Mul", [one.output[0], halves[0]], [halved], name=halved),
+                                       helper.make_node("Mul", [x, halved], [product.output[0]],
+                                                        name=f"{erf.name}/gelu")]
+        gelus += 1
+    nodes = [new for node in graph.node for new in replaced.get(node.output[0], [node])]
     needed, live = {out.name for out in graph.output}, []
     for node in reversed(nodes):  # dead-code elimination, outputs first
         if any(out in needed for out in node.output):
@@ -164,7 +190,7 @@ def layer_norm_file(source, path):
     graph.initializer.extend(kept)
     onnx.checker.check_model(model)
     onnx.save(model, path)
-    return len(replaced)
+    return {"LayerNormalization (rewritten)": layer_norms, "GELU (reordered)": gelus}
 
 
 def _session_ms(path, threads, batch, runs):
@@ -188,10 +214,10 @@ def measure(variants, folder, rounds, runs, progress=print):
     for variant in variants:
         hidden, _, heads, _ = VARIANTS[variant]
         files = {}
-        for name, make in (("keras_vit", keras_vit_file), ("keras_vit LayerNorm", None), ("HF", hf_file)):
+        for name, make in (("keras_vit", keras_vit_file), ("keras_vit rewritten", None), ("HF", hf_file)):
             plain = os.path.join(folder, f"{variant}_{name.replace(' ', '_')}.onnx")
-            if make is None:  # keras_vit's file with ONNX LayerNormalization nodes (layer_norm_file)
-                files[name] = (plain, {"LayerNormalization (rewritten)": layer_norm_file(files["keras_vit"][0], plain)})
+            if make is None:  # keras_vit's file with ONNX LayerNormalization nodes and reordered GELUs
+                files[name] = (plain, rewritten_file(files["keras_vit"][0], plain))
             else:
                 files[name] = (make(variant, plain), {})
             fused = plain.replace(".onnx", "_fused.onnx")

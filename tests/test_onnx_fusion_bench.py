@@ -19,12 +19,13 @@ def test_the_optimizer_fuses_hf_layer_norms_and_gelus_and_nothing_of_tf2onnx(tmp
     monkeypatch.setattr(onnx_fusion, "CLASSES", 10)
     rows = onnx_fusion.measure(["ti"], str(tmp_path), rounds=1, runs=1, progress=lambda line: None)
     fused = {r["file"]: r["fused"] for r in rows}
-    assert set(fused) == {"keras_vit", "keras_vit fused", "keras_vit LayerNorm", "keras_vit LayerNorm fused", "HF",
+    assert set(fused) == {"keras_vit", "keras_vit fused", "keras_vit rewritten", "keras_vit rewritten fused", "HF",
                           "HF fused"}
     assert fused["keras_vit fused"] == {}  # benchmarks/README.md: none of its patterns matches tf2onnx's graph
-    # Two LayerNorms per block and the encoder's: rewritten, then fused with their residual Adds like HF's
-    assert fused["keras_vit LayerNorm"] == {"LayerNormalization (rewritten)": 2 * layers + 1}
-    assert fused["keras_vit LayerNorm fused"] == {"SkipLayerNormalization": 2 * layers, "LayerNormalization": 1}
+    # Two LayerNorms per block and the encoder's, one GELU per block: rewritten, then fused like HF's
+    assert fused["keras_vit rewritten"] == {"LayerNormalization (rewritten)": 2 * layers + 1, "GELU (reordered)": layers}
+    assert fused["keras_vit rewritten fused"] == {"SkipLayerNormalization": 2 * layers, "LayerNormalization": 1,
+                                                  "Gelu": layers}
     # Two residual Adds + LayerNorms per block, one GELU per block, the final LayerNorm
     assert fused["HF fused"] == {"SkipLayerNormalization": 2 * layers, "BiasGelu": layers, "LayerNormalization": 1}
     assert all(ms > 0 for r in rows for ms in r["ms"].values()) and len(rows[0]["ms"]) == 4
@@ -39,10 +40,10 @@ def test_the_optimizer_fuses_hf_layer_norms_and_gelus_and_nothing_of_tf2onnx(tmp
     # probabilities are far from uniform, and every LayerNorm has its beta)
     nhwc = images.transpose(0, 2, 3, 1)
     runs = {name: onnxruntime.InferenceSession(str(tmp_path / f"ti_{name}.onnx"), providers=["CPUExecutionProvider"])
-            for name in ("keras_vit", "keras_vit_LayerNorm", "keras_vit_LayerNorm_fused")}
+            for name in ("keras_vit", "keras_vit_rewritten", "keras_vit_rewritten_fused")}
     probs = {name: run.run(None, {run.get_inputs()[0].name: nhwc})[0] for name, run in runs.items()}
     assert probs["keras_vit"].shape == (3, 10) and probs["keras_vit"].max() > 0.5  # not uniform (0.1)
-    for name in ("keras_vit_LayerNorm", "keras_vit_LayerNorm_fused"):
+    for name in ("keras_vit_rewritten", "keras_vit_rewritten_fused"):
         np.testing.assert_allclose(probs[name], probs["keras_vit"], rtol=1e-5, atol=1e-6)
 
     with pytest.raises(SystemExit) as exit_info:
