@@ -19,7 +19,6 @@ from benchmarks.timing import median_seconds
 BACKENDS = {"jax": "keras_vit (JAX)", "torch": "keras_vit (PyTorch backend)"}
 
 
-
 def backend_env(backend):
     """The environment of a child process that runs Keras on `backend` ("tensorflow", "jax" or "torch")."""
     return {**os.environ, "KERAS_BACKEND": backend}
