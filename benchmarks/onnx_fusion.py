@@ -24,6 +24,7 @@ import numpy as np
 
 from benchmarks.machine import cpu
 from benchmarks.timing import interleaved_ms
+from export.onnx_fusion import rewrite_for_fusion
 
 # name -> (hidden_size, num_layers, num_heads, mlp_dim), patch 16 at 224 px, 1000 classes (paper Table 1, Ti/S: DeiT).
 VARIANTS = {"ti": (192, 12, 3, 768), "s": (384, 12, 6, 1536), "b": (768, 12, 12, 3072)}
@@ -93,104 +94,19 @@ def fused_file(source, path, num_heads, hidden_size):
     return {op: n for op, n in model.get_fused_operator_statistics().items() if n}
 
 
-def _is(value, number):
-    return value is not None and value.size == 1 and abs(float(value) - number) < 1e-6
-
-
 def rewritten_file(source, path):
-    """Writes `source`, a tf2onnx file of keras_vit, to `path` with each of its LayerNorm subgraphs replaced by one
-    ONNX `LayerNormalization` node (opset 17, last axis) and each GELU's products put in the order of onnxruntime's
-    TensorFlow GELU pattern, so that onnxruntime's optimizer can fuse them.
-
-    tf2onnx writes Keras 3's LayerNormalization as `d = Sub(x, GlobalAveragePool(x))`, `Mul(d, d)`,
-    `GlobalAveragePool`, `Add(epsilon)`, `Sqrt`, `Reciprocal`, `Mul(gamma)`, `Mul(d, ...)` and, unless beta is all
-    zeros, `Add(beta)`. Neither of the optimizer's LayerNorm patterns matches that (benchmarks/README.md). Its GELU
-    is `Mul(Mul(x, 0.5), Add(1, Erf(Mul(x, 0.7071))))`, where the pattern wants `Mul(x, Mul(Add(...), 0.5))`. A
-    subgraph that differs anywhere is left as it is. Nodes that no longer feed an output are dropped.
+    """Writes `source`, a tf2onnx file of keras_vit, to `path` through `export.onnx_fusion.rewrite_for_fusion`: each
+    LayerNorm subgraph as one ONNX `LayerNormalization` node, each GELU in onnxruntime's pattern order.
 
     Returns:
         `{"LayerNormalization (rewritten)": count, "GELU (reordered)": count}`.
     """
-    import collections
-
     import onnx
-    from onnx import helper, numpy_helper
 
     model = onnx.load(source)
-    graph = model.graph
-    producer = {out: node for node in graph.node for out in node.output}
-    consumers = collections.defaultdict(list)
-    for node in graph.node:
-        for name in node.input:
-            consumers[name].append(node)
-    constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
-
-    def only_consumer(name, op_type):
-        found = consumers[name]
-        return found[0] if len(found) == 1 and found[0].op_type == op_type else None
-
-    def parent(node, op_type, index=0):
-        found = node is not None and len(node.input) > index and producer.get(node.input[index])
-        return found if found and found.op_type == op_type else None
-
-    replaced = {}
-    for sqrt in (node for node in graph.node if node.op_type == "Sqrt"):
-        add_eps = parent(sqrt, "Add")
-        square = parent(parent(add_eps, "GlobalAveragePool"), "Mul")
-        sub = parent(square, "Sub")
-        mean = parent(sub, "GlobalAveragePool", 1)
-        if not (mean and add_eps.input[1] in constants and square.input[0] == square.input[1]
-                and mean.input[0] == sub.input[0]):
-            continue
-        reciprocal = only_consumer(sqrt.output[0], "Reciprocal")
-        scale = reciprocal and only_consumer(reciprocal.output[0], "Mul")
-        gamma = scale and next(name for name in scale.input if name != reciprocal.output[0])
-        normed = scale and only_consumer(scale.output[0], "Mul")
-        if not (normed and sub.output[0] in normed.input and constants.get(gamma, np.zeros(0)).ndim == 1):
-            continue
-        inputs, out = [sub.input[0], gamma], normed.output[0]
-        bias = only_consumer(out, "Add")
-        beta = bias and next(name for name in bias.input if name != out)
-        if bias and constants.get(beta, np.zeros(0)).ndim == 1:
-            inputs, out = inputs + [beta], bias.output[0]
-        epsilon = float(constants[add_eps.input[1]])
-        replaced[out] = [helper.make_node("LayerNormalization", inputs, [out], axis=-1, epsilon=epsilon,
-                                          name=f"{sqrt.name}/LayerNormalization")]
-    layer_norms, gelus = len(replaced), 0
-    for erf in [node for node in graph.node if node.op_type == "Erf"]:
-        scaled = parent(erf, "Mul")
-        one = only_consumer(erf.output[0], "Add")
-        product = one and only_consumer(one.output[0], "Mul")
-        half = product and next((producer.get(name) for name in product.input if name != one.output[0]), None)
-        if not (scaled and half and half.op_type == "Mul" and len(consumers[half.output[0]]) == 1):
-            continue
-        x = next((name for name in scaled.input if name not in constants), None)
-        halves = [name for name in half.input if name in constants and float(constants[name]) == 0.5]
-        if not (halves and x in half.input and any(_is(constants.get(n), 0.70710677) for n in scaled.input)
-                and any(_is(constants.get(n), 1.0) for n in one.input)):
-            continue
-        # 0.5 * x * (1 + erf(x / sqrt 2)) as x * ((1 + erf(...)) * 0.5), the order of onnxruntime's TensorFlow GELU
-        # pattern; multiplying by 0.5 is exact, so the product is bit for bit the same
-        halved = f"{erf.name}/half"
-        replaced[product.output[0]] = [helper.make_node("Mul", [one.output[0], halves[0]], [halved], name=halved),
-                                       helper.make_node("Mul", [x, halved], [product.output[0]],
-                                                        name=f"{erf.name}/gelu")]
-        gelus += 1
-    nodes = [new for node in graph.node for new in replaced.get(node.output[0], [node])]
-    needed, live = {out.name for out in graph.output}, []
-    for node in reversed(nodes):  # dead-code elimination, outputs first
-        if any(out in needed for out in node.output):
-            live.append(node)
-            needed.update(node.input)
-    del graph.node[:]
-    graph.node.extend(reversed(live))
-    used = {name for node in live for name in node.input}
-    kept = [init for init in graph.initializer if init.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    onnx.checker.check_model(model)
+    counts = rewrite_for_fusion(model)
     onnx.save(model, path)
-    return {"LayerNormalization (rewritten)": layer_norms, "GELU (reordered)": gelus}
+    return counts
 
 
 def _session_ms(path, threads, batch, runs):

@@ -42,7 +42,7 @@ from benchmarks.timing import median_seconds, wall_times
 SIZES = {"Ti16": (192, 12, 3, 768, 16), "S16": (384, 12, 6, 1536, 16), "B16": (768, 12, 12, 3072, 16)}
 QUICK = {"tiny": (64, 2, 4, 128, 8)}
 HERE = os.path.dirname(os.path.abspath(__file__))
-ARTIFACT_MODELS = ("Ti16", "S16")
+ARTIFACT_MODELS = ("Ti16", "S16", "B16")
 
 
 def vit_flops(hidden, layers, mlp, patch, image, classes=1000, channels=3):
@@ -232,7 +232,7 @@ def jobs(models, sections):
             out.append({"kind": "infer", "model": name, "impl": "torch_compile"})
             for backend in BACKENDS:
                 out.append({"kind": "infer", "model": name, "backend": backend})
-    if "artifacts" in sections:  # Ti/16 and S/16: issue 30's bar for the exported files (B/16 would add minutes)
+    if "artifacts" in sections:  # Ti/16, S/16 and B/16: issue 30's bars for the exported files
         out += [{"kind": "artifacts", "model": name} for name in models if name in ARTIFACT_MODELS] or \
             [{"kind": "artifacts", "model": next(iter(models))}]
     return out
@@ -334,7 +334,9 @@ def bench_artifacts(name, config, image, batches, steps, warmup, peaks):
                                   representative_data=calibration if q == "int8" else None, batch_size=None,
                                   verify=False)
                  for q in ("float32", "float16", "int8")}
-        onnx_path = export_onnx(graph, os.path.join(tmp, "model.onnx"), verify=False)
+        onnx_files = {"ONNX Runtime": export_onnx(graph, os.path.join(tmp, "model.onnx"), verify=False),
+                      "ONNX Runtime (float32_fused)": export_onnx(graph, os.path.join(tmp, "fused.onnx"), verify=False,
+                                                                  quantization="float32_fused")}
         for batch in batches:
             x = np.random.default_rng(0).uniform(-1, 1, (batch, image, image, 3)).astype("float32")
             serve = tf.saved_model.load(saved).signatures["serving_default"]
@@ -347,10 +349,12 @@ def bench_artifacts(name, config, image, batches, steps, warmup, peaks):
                                              batch, run, steps, warmup, flops, peaks))
             import onnxruntime as ort
 
-            session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
-            feed = {session.get_inputs()[0].name: x}
-            rows.append(_latency_row("ONNX Runtime", name, batch, lambda: session.run(None, feed), steps, warmup,
-                                     flops, peaks))
+            for impl, onnx_path in onnx_files.items():  # one session alive at a time (benchmarks/onnx_fusion.py)
+                session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+                feed = {session.get_inputs()[0].name: x}
+                rows.append(_latency_row(impl, name, batch, lambda: session.run(None, feed), steps, warmup,
+                                         flops, peaks))
+                del session
     return rows
 
 

@@ -16,7 +16,8 @@ The files, in the order an export runs:
     input_range.py    the range a model takes, read from its first layers
     images.py         calibration and verification images
     saved_model.py, tflite.py (litert_quantization.py: LiteRT Quantizer's modes; reparameterize.py: the
-                      exact LayerNorm rewrite before int8_mixed16; int8_graph.py), onnx.py, onnx_quantization.py
+                      exact LayerNorm rewrite before int8_mixed16; int8_graph.py), onnx.py, onnx_quantization.py,
+                      onnx_fusion.py (the float32_fused file: onnxruntime's transformer optimizer)
     metadata.py       class names and input description inside each .tflite
     verify.py         each file against Keras (runtimes.py: each file run in its runtime; tolerances.py: the
                       figures and the bars; fast_path.py: where it runs fast; mediapipe_check.py: MediaPipe

@@ -43,9 +43,10 @@ def build_parser():
              "--calibration-data)",
     )
     p.add_argument("--onnx-quantization", default="float32",
-                   help=f"ONNX modes through onnxruntime's quantisation tools, comma list of {', '.join(ONNX_QUANTIZATIONS)} "
-                        "(default: float32): model.onnx, model_dynamic_int8.onnx, model_int8.onnx (QDQ, calibrated "
-                        "on --calibration-data)")
+                   help=f"ONNX modes, comma list of {', '.join(ONNX_QUANTIZATIONS)} (default: float32): model.onnx, "
+                        "model_dynamic_int8.onnx, model_int8.onnx (onnxruntime's quantisation tools; QDQ, calibrated "
+                        "on --calibration-data), model_float32_fused.onnx (float32 through onnxruntime's transformer "
+                        "optimizer: fused com.microsoft ops, for onnxruntime alone; --opset 17 or 18)")
     p.add_argument("--calibration-data", default=None, metavar="digits|FOLDER|TFDS-NAME",
                    help="calibration images for int8 and held-out images for verification; an image folder is split "
                         "80/20 into the two (default: a seeded random batch)")

@@ -27,7 +27,9 @@ QUANTIZATION_ALIASES = {
     "weight-int8": "weight_only_int8", "weight-only": "weight_only_int8",
 }
 ONNX_QUANTIZATION_ALIASES = {"fp32": "float32", "float": "float32", "dynamic": "dynamic_int8",
-                             "int8-dynamic": "dynamic_int8", "qdq": "int8", "static": "int8", "static-int8": "int8"}
+                             "int8-dynamic": "dynamic_int8", "qdq": "int8", "static": "int8", "static-int8": "int8",
+                             "fused": "float32_fused", "optimized": "float32_fused", "ort": "float32_fused",
+                             "transformer-optimizer": "float32_fused"}
 FORMAT_ALIASES = {"savedmodel": "saved_model", "tf": "saved_model", "litert": "tflite", "lite": "tflite"}
 
 

@@ -49,6 +49,8 @@ FAST_PATH = {
     ("onnx", "float32"): ("onnxruntime CPU", "float32 kernels"),
     ("onnx", "dynamic_int8"): ("onnxruntime CPU", "int8 weights, activations quantised on the fly"),
     ("onnx", "int8"): ("onnxruntime CPU, QDQ NPUs (QNN, OpenVINO)", "static QDQ int8"),
+    ("onnx", "float32_fused"): ("onnxruntime only (CPU)", "float32 with onnxruntime's fused com.microsoft ops "
+                                "(SkipLayerNormalization, Gelu), which no other runtime has"),
 }
 
 

@@ -3,6 +3,7 @@
 import weakref
 
 from keras_vit.common import files as _files
+from export.onnx_fusion import check_fusion_opset, fuse
 from export.onnx_quantization import calibration_samples, check_onnx_quantization, quantize
 from export.input_range import UNIT, scale
 from export.signature import INPUT_NAME, OUTPUT_NAME, PIXELS_INPUT_NAME, prepare
@@ -14,6 +15,8 @@ FORBIDDEN_OPS = ("Erfc", "PartitionedCall", "StatefulPartitionedCall")
 # The only op domain allowed: the default ONNX domain ("" and its alias "ai.onnx"). A contrib op such
 # as com.microsoft's FusedMatMul passes onnx.checker and loads in onnxruntime, but no other runtime has it.
 STANDARD_DOMAINS = ("", "ai.onnx")
+# ... except in the "float32_fused" file, made for onnxruntime alone (export.onnx_fusion)
+ONNXRUNTIME_DOMAINS = (*STANDARD_DOMAINS, "com.microsoft")
 # ServingGraph -> {opset: float32 ONNX bytes}, released with the graph.
 _CONVERSIONS = weakref.WeakKeyDictionary()
 
@@ -43,6 +46,11 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
         "int8": `quantize_static`, QDQ format around the matrix products,
             8-bit activations calibrated (min/max) on `representative_data`
             (`model_int8.onnx`); LayerNorm, Softmax and GELU stay float32.
+    And one mode for onnxruntime alone (`export.onnx_fusion`):
+        "float32_fused": the float32 file through onnxruntime's transformer
+            optimizer (`model_float32_fused.onnx`): float32, held to the
+            float32 bar, with `com.microsoft` fused ops (SkipLayerNormalization,
+            Gelu) that no other runtime has; needs opset >= 17.
     The float32 ONNX graph is converted once per `ServingGraph` and opset
     and shared by its quantised files.
 
@@ -60,7 +68,8 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
         scores: None (default: "probabilities", or the graph's own when
             `model` is a `ServingGraph`), "probabilities" (a softmax in the
             graph when the head has no activation) or "logits".
-        quantization: "float32" (default), "dynamic_int8" or "int8".
+        quantization: "float32" (default), "dynamic_int8", "int8" or
+            "float32_fused".
         representative_data: calibration images for "int8", scaled as the
             file's input expects (forms of `export.images.representative_samples`);
             without `verification_data`, the "int8" file is verified on them.
@@ -74,7 +83,7 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
     Raises:
         ValueError: `opset` is not an int in [13, 18]; an unknown
             `quantization`; "int8" without representative data; a
-            Keras-quantised model.
+            Keras-quantised model; "float32_fused" with `opset` < 17.
         FileExistsError: `path` exists and `overwrite` is False.
         RuntimeError: the converted graph has non-standard ops or
             onnxruntime refuses it; nothing is left at `path`.
@@ -83,6 +92,8 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
     """
     check_opset(opset)
     check_onnx_quantization(quantization)
+    if quantization == "float32_fused":
+        check_fusion_opset(opset)
     _files.check_target(path, overwrite)
     graph, owned = prepare(model, include_preprocessing, scores=scores, input_range=input_range)
     check_images = None
@@ -93,7 +104,10 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
         if check_images is None and samples is not None:  # real images when there are, back in [-1, 1]
             check_images = scale(samples[:64], graph.input_range, UNIT)
         content = _converted(graph, opset, path)
-        if quantization != "float32":
+        if quantization == "float32_fused":
+            content = fuse(content)
+            check_onnx(content, path, domains=ONNXRUNTIME_DOMAINS)
+        elif quantization != "float32":
             content = quantize(content, quantization, samples)
             check_onnx(content, path)
         with _files.staged(path, overwrite) as tmp:
@@ -150,8 +164,9 @@ def _all_nodes(graph):
                 yield from _all_nodes(sub)
 
 
-def check_onnx(content, name="model"):
-    """Raises RuntimeError unless the ONNX bytes hold standard ops only, pass the checker and load in onnxruntime."""
+def check_onnx(content, name="model", domains=STANDARD_DOMAINS):
+    """Raises RuntimeError unless the ONNX bytes hold ops of `domains` only (default: the standard ONNX domain; the
+    "float32_fused" file: `ONNXRUNTIME_DOMAINS`), pass the checker and load in onnxruntime."""
     import onnx
     import onnxruntime
 
@@ -159,9 +174,10 @@ def check_onnx(content, name="model"):
     bad = sorted({n.op_type for n in proto.graph.node if n.op_type in FORBIDDEN_OPS})
     if bad:
         raise RuntimeError(f"{name}: tf2onnx left unconverted ops {bad}; onnxruntime cannot run them")
-    foreign = sorted({f"{n.domain}.{n.op_type}" for n in _all_nodes(proto.graph) if n.domain not in STANDARD_DOMAINS})
+    foreign = sorted({f"{n.domain}.{n.op_type}" for n in _all_nodes(proto.graph) if n.domain not in domains})
     if foreign:
-        raise RuntimeError(f"{name}: non-standard ONNX ops {foreign} (only the default ONNX domain is allowed)")
+        allowed = "only the default ONNX domain is" if domains == STANDARD_DOMAINS else f"only the domains {domains} are"
+        raise RuntimeError(f"{name}: non-standard ONNX ops {foreign} ({allowed} allowed)")
     try:
         onnx.checker.check_model(proto, full_check=True)
         onnxruntime.InferenceSession(content, providers=["CPUExecutionProvider"])

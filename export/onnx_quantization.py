@@ -1,7 +1,8 @@
 """int8 ONNX files made by onnxruntime's own quantisation tools (`onnxruntime.quantization`).
 
 Two modes beside the float32 file (`model.onnx`), both quantising the
-float32 ONNX graph that `export.onnx.export_onnx` converts:
+float32 ONNX graph that `export.onnx.export_onnx` converts (the fourth ONNX
+mode, "float32_fused", is not quantised: `export.onnx_fusion`):
 
 - "dynamic_int8" (`model_dynamic_int8.onnx`): `quantize_dynamic`, int8
   weights of every MatMul/Gemm with a constant weight; the activations are
@@ -29,7 +30,9 @@ import numpy as np
 
 from keras_vit.common import files as _files
 
-ONNX_QUANTIZATIONS = ("float32", "dynamic_int8", "int8")
+# "float32_fused" is float32 with onnxruntime's fused transformer ops, onnxruntime-only (`export.onnx_fusion`)
+ONNX_QUANTIZATIONS = ("float32", "dynamic_int8", "int8", "float32_fused")
+INT8_QUANTIZATIONS = ("dynamic_int8", "int8")
 # Static int8, measured with `python -m benchmarks.onnx_int8` (the tests' trained 16 px ViT on 360 held-out digits;
 # ViT-Ti/16 at 224 px with random weights on 64 noise images; 1 thread, files timed in alternation):
 # - per-channel weight scales: 99.2% / 100% decisive top-1 agreement with Keras (per tensor: 98.9% / 96.9%);
@@ -55,7 +58,8 @@ def check_onnx_quantization(quantization):
 
 
 def onnx_file(quantization="float32"):
-    """The file name of an ONNX artifact: "model.onnx" for float32, else "model_{quantization}.onnx"."""
+    """The file name of an ONNX artifact: "model.onnx" for float32, else "model_{quantization}.onnx"
+    (`model_float32_fused.onnx`, ...)."""
     check_onnx_quantization(quantization)
     return "model.onnx" if quantization == "float32" else f"model_{quantization}.onnx"
 
@@ -110,7 +114,7 @@ def quantize(content, quantization, samples=None, per_channel=PER_CHANNEL, prepr
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    if quantization not in ONNX_QUANTIZATIONS[1:]:
+    if quantization not in INT8_QUANTIZATIONS:
         raise ValueError(f"`quantization` must be 'dynamic_int8' or 'int8'. Received: quantization={quantization!r}")
     if quantization == "int8" and (samples is None or len(samples) == 0):
         raise ValueError("quantization='int8' needs calibration images (representative_data)")

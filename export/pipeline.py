@@ -10,6 +10,7 @@ import numpy as np
 from keras_vit.common import files as _files
 from export.input_range import RANGES, UNIT, UNREAD, describe, parse_input_range, scale
 from export.onnx import check_opset
+from export.onnx_fusion import check_fusion_opset, fused_nodes
 from export.onnx_quantization import ONNX_QUANTIZATIONS, onnx_file
 from export.signature import ServingGraph, is_dynamic, model_image_shape, parse_image_size, prepare
 from export.tflite import (CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, check_dynamic_size_quantization,
@@ -144,7 +145,10 @@ def export_all(
             `export.onnx_quantization.ONNX_QUANTIZATIONS` ("float32" ->
             `model.onnx`, "dynamic_int8" -> `model_dynamic_int8.onnx`, "int8"
             -> `model_int8.onnx`, calibrated on the TFLite int8 file's
-            images); default "float32".
+            images, "float32_fused" -> `model_float32_fused.onnx`, float32
+            with onnxruntime's fused ops, for onnxruntime alone, opset >= 17,
+            its report row counting them in "fused_nodes",
+            `export.onnx_fusion`); default "float32".
         mediapipe: bool, default True: also run each .tflite file in
             MediaPipe Tasks' `ImageClassifier` (`export.mediapipe_check`),
             skipped with one message when mediapipe is not installed.
@@ -210,6 +214,8 @@ def export_all(
         check_quantization(q, int8_io_type if q == "int8" else "float32")
     if "onnx" in formats:
         check_opset(opset)
+    if "float32_fused" in onnx_quantizations:
+        check_fusion_opset(opset)
     if int8_io_type != "float32" and "int8" not in quantizations:
         raise ValueError(f"int8_io_type={int8_io_type!r} applies to the 'int8' TFLite file, which is not requested")
     if batch_size not in (None, 1):
@@ -393,6 +399,11 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             check_in_browser(graph, artifacts, results, eval_images, eval_labels, measure_latency)
         for row in results:
             row["contract"] = artifact_contract(row["path"], row["format"], graph)
+            if row["quantization"] == "float32_fused":  # what onnxruntime's optimizer fused (Attention, Gelu, ...)
+                row["fused_nodes"] = fused_nodes(row["path"])
+                made = ", ".join(f"{op} {n}" for op, n in row["fused_nodes"].items() if n) or "none"
+                print(f"{row['name']}: onnxruntime's optimizer fused {made} (Attention {row['fused_nodes']['Attention']})",
+                      flush=True)
         for row in results + errors:
             final = os.path.join(output_dir, row["name"])
             if row["passed"]:

@@ -19,14 +19,15 @@ from export.verify import TOLERANCES, VerificationError, compare, reference_outp
 
 pytestmark = pytest.mark.export
 
-FILES = {"float32": "model.onnx", "dynamic_int8": "model_dynamic_int8.onnx", "int8": "model_int8.onnx"}
+FILES = {"float32": "model.onnx", "dynamic_int8": "model_dynamic_int8.onnx", "int8": "model_int8.onnx",
+         "float32_fused": "model_float32_fused.onnx"}
 INT8 = onnx.TensorProto.INT8
 FLOAT = onnx.TensorProto.FLOAT
 
 
 @pytest.fixture(scope="module")
 def exported(trained_vit, tmp_path_factory):
-    """keras-vit-export --formats onnx --onnx-quantization float32,dynamic_int8,int8 on digits:
+    """keras-vit-export --formats onnx --onnx-quantization float32,dynamic_int8,int8,float32_fused on digits:
     (folder, report, number of tf2onnx conversions)."""
     import tf2onnx
 
@@ -60,7 +61,7 @@ def _weight_matmuls(proto):
 
 def test_every_mode_lands_verified_under_its_own_name(exported):
     out, report, conversions = exported
-    assert conversions == 1  # the three files quantise one tf2onnx conversion of the one serving graph
+    assert conversions == 1  # the four files quantise (or fuse) one tf2onnx conversion of the one serving graph
     rows = {r["name"]: r for r in report["artifacts"]}
     assert set(rows) == set(FILES.values())
     for quantization, name in FILES.items():
@@ -147,12 +148,12 @@ def test_quantising_tf2onnx_graph_leaves_the_working_folder_clean(exported, tmp_
 
 def test_bad_quantization_or_missing_calibration_names_the_argument(trained_vit, tmp_path, capsys):
     model = trained_vit[0]
-    with pytest.raises(ValueError, match=r"`quantization` must be one of float32, dynamic_int8, int8 for ONNX\. "
+    with pytest.raises(ValueError, match=r"`quantization` must be one of float32, dynamic_int8, int8, float32_fused for ONNX\. "
                                          r"Received: quantization='int4'"):
         export_onnx(model, str(tmp_path / "m.onnx"), quantization="int4")
     with pytest.raises(ValueError, match=r"quantization='int8' needs representative_data"):
         export_onnx(model, str(tmp_path / "m.onnx"), quantization="int8")
-    with pytest.raises(ValueError, match=r"unknown onnx_quantization 'float16'; choose from float32, dynamic_int8, int8"):
+    with pytest.raises(ValueError, match=r"unknown onnx_quantization 'float16'; choose from float32, dynamic_int8, int8, float32_fused"):
         export_all(model, str(tmp_path / "out"), formats="onnx", onnx_quantization="float32,float16")
     with pytest.raises(SystemExit) as exit_info:
         cli.main([trained_vit[1], "--formats", "onnx", "--onnx-quantization", "int4", "--output-dir", str(tmp_path / "o")])
