@@ -157,3 +157,29 @@ def test_recipe_benchmark_trains_every_kind_of_model_for_an_epoch():
         assert model.output_shape == (None, 10) and model.input_shape == (None, size, size, 3)
     result = bench.train_one("vit-demo", "mixup-smoothing", 0, 1)
     assert 0.0 <= result["accuracy"] <= 1.0 and result["jit_compile"] and result["parameters"] == 803_210
+
+
+def test_train_ab_times_both_models_in_turn_and_tables_the_ratio():
+    from benchmarks.run import QUICK
+    from benchmarks.train_ab import MODELS, measure, table
+
+    ms = measure("tiny", QUICK["tiny"], 32, 2, rounds=1, runs=1, jit=True, progress=lambda line: None)
+    assert set(ms) == {(model, kind) for model in MODELS for kind in ("train", "infer")}
+    assert all(value > 0 for value in ms.values())
+    lines = table({("tiny", 2, True): ms}).splitlines()
+    train = lines[2].split(" | ")
+    assert train[:4] == ["| tiny", "2", "on", "train"]
+    assert train[-1] == f"{ms['keras-hub', 'train'] / ms['keras_vit', 'train']:.2f}x |"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--models", "Ti32"], "--models must be a comma list of Ti16, S16, B16. Received: 'Ti32'"),
+    (["--xla", "maybe"], "--xla must be a comma list of on, off. Received: 'maybe'"),
+    (["--rounds", "0"], "--batch, --rounds and --runs must be >= 1. Received: 8, 0, 3"),
+])
+def test_train_ab_refuses_bad_flags_by_name(argv, message, capsys):
+    from benchmarks.train_ab import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
