@@ -346,7 +346,7 @@ def bench_artifacts(name, config, image, batches, steps, warmup, peaks):
                 for threads in (1, 2):
                     run = _litert_runner(path, x, threads)
                     rows.append(_latency_row(f"TFLite {q} (LiteRT, {threads} thread{'s' * (threads > 1)})", name,
-                                             batch, run, steps, warmup, flops, peaks))
+                                             batch, run, steps, warmup, flops, peaks, precision=q))
             import onnxruntime as ort
 
             for impl, onnx_path in onnx_files.items():  # one session alive at a time (benchmarks/onnx_fusion.py)
@@ -378,9 +378,13 @@ def _litert_runner(path, x, threads):
     return run
 
 
-def _latency_row(impl, name, batch, call, steps, warmup, flops, peaks):
+def _latency_row(impl, name, batch, call, steps, warmup, flops, peaks, precision="float32"):
+    """An artifact's row: its latency, and its share of the float32 peak (none for an int8 file: its integer matrix
+    products have a peak of their own, which is not measured, and could pass 100% of the float32 one)."""
     seconds = median_seconds(call, steps, warmup)
-    row = _row("artifacts", impl, name, "float32", "n/a", batch, batch / seconds, flops, peaks)
+    row = _row("artifacts", impl, name, precision, "n/a", batch, batch / seconds, flops, peaks)
+    if precision == "int8":
+        row["fraction_of_peak"] = None
     row["latency_ms"] = 1000 * seconds
     return row
 

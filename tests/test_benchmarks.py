@@ -183,3 +183,16 @@ def test_train_ab_refuses_bad_flags_by_name(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_an_artifact_row_names_its_precision_and_claims_no_float32_share_for_int8():
+    from benchmarks.run import _latency_row
+
+    peaks = {"float32": 100.0, "bfloat16": 400.0}
+    rows = {q: _latency_row(f"TFLite {q}", "Ti16", 2, lambda: None, 3, 1, 1e9, peaks, precision=q)
+            for q in ("float32", "float16", "int8")}
+    assert [row["precision"] for row in rows.values()] == ["float32", "float16", "int8"]
+    for q in ("float32", "float16"):  # GFLOP/s (images/s x 1 GFLOP) against the float32 peak
+        assert rows[q]["fraction_of_peak"] == pytest.approx(rows[q]["gflops"] / 100.0)
+        assert rows[q]["latency_ms"] == pytest.approx(2000 / rows[q]["images_per_s"])
+    assert rows["int8"]["fraction_of_peak"] is None and rows["int8"]["gflops"] > 0
