@@ -3,7 +3,7 @@
 import weakref
 
 from keras_vit.common import files as _files
-from export.onnx_fusion import check_fusion_opset, fuse
+from export.onnx_fusion import check_fusion, fuse
 from export.onnx_quantization import calibration_samples, check_onnx_quantization, quantize
 from export.input_range import UNIT, scale
 from export.signature import INPUT_NAME, OUTPUT_NAME, PIXELS_INPUT_NAME, prepare
@@ -83,17 +83,19 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
     Raises:
         ValueError: `opset` is not an int in [13, 18]; an unknown
             `quantization`; "int8" without representative data; a
-            Keras-quantised model; "float32_fused" with `opset` < 17.
+            Keras-quantised model; "float32_fused" with `opset` < 17 or
+            without `sympy` (`export.onnx_fusion.check_fusion`).
         FileExistsError: `path` exists and `overwrite` is False.
         RuntimeError: the converted graph has non-standard ops or
-            onnxruntime refuses it; nothing is left at `path`.
+            onnxruntime refuses it, or (float32_fused) no LayerNorm matched
+            the rewrite or the optimizer failed; nothing is left at `path`.
         export.verify.VerificationError: outputs NaN/Inf or outside the
             float32 tolerance; nothing is left at `path`.
     """
     check_opset(opset)
     check_onnx_quantization(quantization)
     if quantization == "float32_fused":
-        check_fusion_opset(opset)
+        check_fusion(opset)
     _files.check_target(path, overwrite)
     graph, owned = prepare(model, include_preprocessing, scores=scores, input_range=input_range)
     check_images = None

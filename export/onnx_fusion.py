@@ -8,7 +8,8 @@ kernels (`onnxruntime.transformers.optimizer.optimize_model`, model type "vit", 
 The optimizer matches the node patterns of PyTorch's exporter, and fuses nothing in tf2onnx's graph of a Keras model
 as it comes (benchmarks/README.md, "onnxruntime's transformer optimizer on a ViT's float32 file"). So two rewrites run
 first (`rewrite_for_fusion`), each computing the same numbers:
-- each LayerNorm subgraph tf2onnx writes (`d = Sub(x, GlobalAveragePool(x))`, `Mul(d, d)`, `GlobalAveragePool`,
+- each LayerNorm subgraph tf2onnx writes (`d = Sub(x, GlobalAveragePool(x))` at opset 17, `ReduceMean` over the last
+  axis at opset 18, `Mul(d, d)`, the same mean,
   `Add(epsilon)`, `Sqrt`, `Reciprocal`, `Mul(gamma)`, `Mul(d, ...)`, `Add(beta)`) becomes one ONNX
   `LayerNormalization` node (opset 17, last axis);
 - each exact GELU, `Mul(Mul(x, 0.5), Add(1, Erf(Mul(x, 0.7071))))`, is put in the order of onnxruntime's TensorFlow
@@ -19,9 +20,10 @@ ViT-Ti/16: 24 SkipLayerNormalization, 12 Gelu, 1 LayerNormalization). It fuses n
 arithmetic) is not its pattern, and neither is Hugging Face's SDPA graph. `fused_nodes` counts what a file holds; the
 export report has it per fused file.
 
-Speed: measured on an AMD EPYC without AMX (2 cores), the fused file was 0.84-0.90x the rewritten one's speed and the
-rewrite alone 0.97-1.07x `model.onnx`'s (`python -m benchmarks.onnx_fusion`, `make bench`'s artifact rows):
-onnxruntime's fused kernels pay where element-wise work weighs more than on that CPU. Time it on yours.
+Speed: on an AMD EPYC without AMX (2 cores), ViT-Ti/16, S/16 and B/16 at batch 1 and 8 on 1 and 2 threads, timed in
+turn, the fused file ran at 0.88-1.25x `model.onnx`'s speed (level to slower on one thread; `python -m
+benchmarks.onnx_fusion`, benchmarks/README.md). Whether it pays depends on the CPU: time it on yours (`make bench`'s
+artifact rows).
 """
 
 import collections
@@ -38,13 +40,27 @@ MIN_OPSET = 17
 FUSED_OPS = ("Attention", "MultiHeadAttention", "SkipLayerNormalization", "LayerNormalization", "Gelu", "BiasGelu",
              "FastGelu")
 _SQRT_HALF = 0.70710677
+# how tf2onnx writes LayerNorm's means: GlobalAveragePool at opset 17, ReduceMean (axes an input) at opset 18
+MEANS = ("GlobalAveragePool", "ReduceMean")
 
 
-def check_fusion_opset(opset):
-    """Raises ValueError unless `opset` >= `MIN_OPSET` (ONNX's LayerNormalization op, which the rewrite writes)."""
+def check_fusion(opset):
+    """The checks of a "float32_fused" file that need no model, before any work.
+
+    Raises:
+        ValueError: `opset` < `MIN_OPSET` (ONNX's LayerNormalization op, which the rewrite writes); or onnxruntime's
+            transformer optimizer cannot run here (it needs `sympy`, which onnxruntime does not require): the
+            message names the package to install.
+    """
     if opset < MIN_OPSET:
         raise ValueError(f"`opset` must be >= {MIN_OPSET} for the 'float32_fused' ONNX file (ONNX's LayerNormalization "
                          f"op). Received: opset={opset}")
+    try:
+        import sympy  # noqa: F401  (the optimizer's shape inference imports it only when it runs)
+        from onnxruntime.transformers import optimizer  # noqa: F401
+    except ImportError as e:
+        raise ValueError(f"quantization='float32_fused' is made by onnxruntime's transformer optimizer, which cannot "
+                         f"run here ({e}); install `sympy` (`pip install sympy`, or the `export` extra)") from None
 
 
 def fuse(content):
@@ -59,13 +75,16 @@ def fuse(content):
         The fused file's bytes: the same input and output, `com.microsoft` contrib ops inside.
 
     Raises:
-        RuntimeError: the optimizer failed on the graph (its error in the message).
+        RuntimeError: no LayerNorm subgraph matched the rewrite's pattern, or the optimizer failed on the graph (its
+            error in the message).
     """
     import onnx
     from onnxruntime.transformers import optimizer
 
     proto = onnx.load_from_string(content)
-    rewrite_for_fusion(proto)
+    if not rewrite_for_fusion(proto)["LayerNormalization (rewritten)"]:  # the optimizer would fuse GELUs at most
+        raise RuntimeError("no LayerNorm of the float32 graph matched the pattern the rewrite knows (tf2onnx's, opset "
+                           "17 or 18): the optimizer would fuse next to nothing, so no float32_fused file is written")
     with _files.temporary_directory("onnx-fuse-") as work:
         source, target = os.path.join(work, "rewritten.onnx"), os.path.join(work, "fused.onnx")
         onnx.save(proto, source)
@@ -130,14 +149,23 @@ def rewrite_for_fusion(model):
 
     def parent(node, op_type, index=0):
         found = node is not None and len(node.input) > index and producer.get(node.input[index])
-        return found if found and found.op_type == op_type else None
+        return found if found and found.op_type in ((op_type,) if isinstance(op_type, str) else op_type) else None
+
+    def last_axis_mean(node):
+        """A mean over the last axis, keeping it: tf2onnx's GlobalAveragePool (opset 17), or ReduceMean with
+        axes [-1] as an attribute or (opset 18) a constant input."""
+        if node is None or node.op_type == "GlobalAveragePool":
+            return node
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        axes = attributes.get("axes", constants.get(node.input[1]) if len(node.input) > 1 else None)
+        return node if attributes.get("keepdims", 1) == 1 and axes is not None and list(axes) == [-1] else None
 
     replaced = {}
     for sqrt in (node for node in graph.node if node.op_type == "Sqrt"):
         add_eps = parent(sqrt, "Add")
-        square = parent(parent(add_eps, "GlobalAveragePool"), "Mul")
+        square = parent(last_axis_mean(parent(add_eps, MEANS)), "Mul")
         sub = parent(square, "Sub")
-        mean = parent(sub, "GlobalAveragePool", 1)
+        mean = last_axis_mean(parent(sub, MEANS, 1))
         if not (mean and add_eps.input[1] in constants and square.input[0] == square.input[1]
                 and mean.input[0] == sub.input[0]):
             continue

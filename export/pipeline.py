@@ -10,7 +10,7 @@ import numpy as np
 from keras_vit.common import files as _files
 from export.input_range import RANGES, UNIT, UNREAD, describe, parse_input_range, scale
 from export.onnx import check_opset
-from export.onnx_fusion import check_fusion_opset, fused_nodes
+from export.onnx_fusion import check_fusion, fused_nodes
 from export.onnx_quantization import ONNX_QUANTIZATIONS, onnx_file
 from export.signature import ServingGraph, is_dynamic, model_image_shape, parse_image_size, prepare
 from export.tflite import (CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, check_dynamic_size_quantization,
@@ -215,7 +215,7 @@ def export_all(
     if "onnx" in formats:
         check_opset(opset)
     if "float32_fused" in onnx_quantizations:
-        check_fusion_opset(opset)
+        check_fusion(opset)
     if int8_io_type != "float32" and "int8" not in quantizations:
         raise ValueError(f"int8_io_type={int8_io_type!r} applies to the 'int8' TFLite file, which is not requested")
     if batch_size not in (None, 1):

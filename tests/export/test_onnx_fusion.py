@@ -3,6 +3,7 @@
 import collections
 import json
 import os
+import sys
 
 import keras
 import numpy as np
@@ -11,6 +12,7 @@ import onnxruntime
 import pytest
 
 import export.onnx
+import export.onnx_fusion
 import keras_vit
 from export import __main__ as cli
 from export import export_onnx
@@ -41,18 +43,20 @@ def _ops(path):
     return collections.Counter((node.domain, node.op_type) for node in onnx.load(path).graph.node)
 
 
-@pytest.mark.parametrize("trained_like", [True, False], ids=["random_betas", "zero_betas"])
-def test_fused_file_holds_the_fused_ops_and_computes_what_keras_does(tmp_path, trained_like):
+@pytest.mark.parametrize("trained_like,opset", [(True, 17), (False, 17), (True, 18)],
+                         ids=["random_betas", "zero_betas", "opset_18"])
+def test_fused_file_holds_the_fused_ops_and_computes_what_keras_does(tmp_path, trained_like, opset):
+    """tf2onnx writes LayerNorm's means as GlobalAveragePool at opset 17 and as ReduceMean at 18: both fuse."""
     model = _model(trained_like)
-    plain = export_onnx(model, str(tmp_path / "model.onnx"), verify=False)
-    path = export_onnx(model, str(tmp_path / "model_float32_fused.onnx"), quantization="float32_fused")
+    plain = export_onnx(model, str(tmp_path / "model.onnx"), verify=False, opset=opset)
+    path = export_onnx(model, str(tmp_path / "model_float32_fused.onnx"), quantization="float32_fused", opset=opset)
     ops = _ops(path)
     # per block: the residual Add + LayerNorm before attention and before the MLP, and the MLP's GELU; then the
     # encoder's final LayerNorm, which no residual Add feeds
     assert ops[("com.microsoft", "SkipLayerNormalization")] == 2 * LAYERS
     assert ops[("com.microsoft", "Gelu")] == LAYERS
     assert ops[("", "LayerNormalization")] == 1
-    assert not {op for _, op in ops} & {"Erf", "Sqrt", "Reciprocal", "GlobalAveragePool"}  # no LayerNorm/GELU left
+    assert not {op for _, op in ops} & {"Erf", "Sqrt", "Reciprocal", "GlobalAveragePool", "ReduceMean"}  # none left
     assert fused_nodes(path) == {**dict.fromkeys(FUSED_OPS, 0), "SkipLayerNormalization": 2 * LAYERS, "Gelu": LAYERS,
                                  "LayerNormalization": 1}
     assert not any(domain for domain, _ in _ops(plain))  # model.onnx stays default-domain only
@@ -131,3 +135,24 @@ def test_the_report_counts_the_fused_nodes(tmp_path, trained_vit):
     assert {k: v for k, v in fused["fused_nodes"].items() if v} == {"SkipLayerNormalization": 2, "Gelu": 1,
                                                                     "LayerNormalization": 1}
     assert "fused_nodes" not in rows["model.onnx"]
+
+
+def test_a_graph_without_the_layernorm_pattern_is_refused_not_written_half_fused(tmp_path, monkeypatch):
+    """A file with GELUs fused and every LayerNorm left as it was would pass the float32 bar and say "fused": refused."""
+    monkeypatch.setattr(export.onnx_fusion, "MEANS", ("NoSuchOp",))  # as if tf2onnx wrote LayerNorm another way
+    with pytest.raises(RuntimeError, match=r"no LayerNorm of the float32 graph matched the pattern"):
+        export_onnx(_model(trained_like=True), str(tmp_path / "m.onnx"), quantization="float32_fused")
+    assert os.listdir(tmp_path) == []
+
+
+def test_without_sympy_the_mode_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    model = _model(trained_like=True)
+    model.save(tmp_path / "m.keras")
+    monkeypatch.setitem(sys.modules, "sympy", None)  # `import sympy` raises ImportError
+    with pytest.raises(ValueError, match=r"onnxruntime's transformer optimizer, which cannot run here .*install `sympy`"):
+        export_onnx(model, str(tmp_path / "m.onnx"), quantization="float32_fused")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([str(tmp_path / "m.keras"), "--formats", "onnx", "--onnx-quantization", "float32,float32_fused",
+                  "--output-dir", str(tmp_path / "out")])
+    assert exit_info.value.code == 2 and "install `sympy`" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["m.keras"]
