@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from export import export_saved_model, export_tflite
-from export.verify import TOLERANCES, Artifact, VerificationError, compare, failures, verify
+from export.verify import TOKEN_TOLERANCES, TOLERANCES, Artifact, VerificationError, compare, failures, verify
 
 
 def test_compare_figures_by_hand():
@@ -63,9 +63,12 @@ def test_failures_against_each_tolerance():
         "decisive_top1_agreement = 0.96 (needs >= 0.97)"]  # int8's bar since the min/max calibration
     assert failures({"decisive_top1_agreement": 0.94, "accuracy_drop": 0.031}, "weight_only_int4") == [
         "decisive_top1_agreement = 0.94 (needs >= 0.95)", "accuracy_drop = 0.031 (needs <= 0.03)"]
+    from export.onnx_quantization import ONNX_QUANTIZATIONS
     from export.tflite import QUANTIZATIONS
 
-    assert set(TOLERANCES) == set(QUANTIZATIONS)  # every TFLite mode has its bar (ONNX modes use the same names)
+    # every TFLite and ONNX mode has its bar (the modes both formats have share it), and nothing else does
+    assert set(TOLERANCES) == set(TOKEN_TOLERANCES) == set(QUANTIZATIONS) | set(ONNX_QUANTIZATIONS)
+    assert TOLERANCES["float32_fused"] == TOLERANCES["float32"]  # a float32 file in fused kernels: float32's bar
 
 
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 300.0])
