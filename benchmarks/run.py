@@ -141,12 +141,15 @@ def infer_keras(model, batch, steps, warmup, jit=True):
 
 
 def _row(section, impl, model, precision, xla, batch, rate, flops, peaks, extra=""):
+    """One figure. Its share of the matrix-multiply peak of its precision: bfloat16's, else float32's (float16 TFLite
+    files compute in float32); none for int8, whose integer matrix products have a peak of their own, not measured,
+    which could pass 100% of the float32 one."""
     gflops = None if rate is None else rate * flops / 1e9
-    peak = peaks["bfloat16" if "bfloat16" in precision else "float32"]
+    peak = None if precision == "int8" else peaks["bfloat16" if "bfloat16" in precision else "float32"]
     return {
         "section": section, "implementation": impl, "model": model, "precision": precision, "xla": xla,
         "batch": batch, "images_per_s": rate, "gflops": gflops,
-        "fraction_of_peak": None if gflops is None else gflops / peak, "note": extra,
+        "fraction_of_peak": None if gflops is None or peak is None else gflops / peak, "note": extra,
     }
 
 
@@ -379,12 +382,9 @@ def _litert_runner(path, x, threads):
 
 
 def _latency_row(impl, name, batch, call, steps, warmup, flops, peaks, precision="float32"):
-    """An artifact's row: its latency, and its share of the float32 peak (none for an int8 file: its integer matrix
-    products have a peak of their own, which is not measured, and could pass 100% of the float32 one)."""
+    """An artifact's row (`_row`) with its latency."""
     seconds = median_seconds(call, steps, warmup)
     row = _row("artifacts", impl, name, precision, "n/a", batch, batch / seconds, flops, peaks)
-    if precision == "int8":
-        row["fraction_of_peak"] = None
     row["latency_ms"] = 1000 * seconds
     return row
 

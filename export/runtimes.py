@@ -5,12 +5,14 @@ import time
 
 import numpy as np
 
+from export.onnx_quantization import INT8_QUANTIZATIONS
+
 LATENCY_RUNS = 20
 
 
 def run_artifact(artifact, images):
     """Runs `images` (float32, `(n, h, w, c)`) through the artifact in its runtime; returns float32 outputs."""
-    if artifact.format == "onnx" and artifact.quantization in ("dynamic_int8", "int8"):  # as an app calls it
+    if artifact.format == "onnx" and artifact.quantization in INT8_QUANTIZATIONS:  # as an app calls it
         return _run_onnx(artifact.path, images, one_at_a_time=True)
     runner = {"saved_model": _run_saved_model, "tflite": _run_tflite, "onnx": _run_onnx}[artifact.format]
     return runner(artifact.path, images)
