@@ -4,7 +4,9 @@
 tests (Makefile `BACKEND_TESTS`) again under `KERAS_BACKEND=jax` and
 `KERAS_BACKEND=torch`, each backend in its own process (issue 15). There,
 tests marked `tensorflow_only` (TensorFlow itself is what they test: tf.data,
-tf.function, TFLite, vit-keras) are skipped.
+tf.function, TFLite, vit-keras) are skipped, and so are those marked
+`backend_independent` (the big variants' parameter counts, which no backend
+changes: they run once, on TensorFlow).
 """
 
 import gc
@@ -73,6 +75,11 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "tensorflow_only" in item.keywords:
                 item.add_marker(skip_tf)
+        skip_same = pytest.mark.skip(reason="the same on every backend (variable shapes come from the builders): "
+                                            "run once, on TensorFlow")
+        for item in items:
+            if "backend_independent" in item.keywords:
+                item.add_marker(skip_same)
     import tensorflow as tf  # installed with the test extra; GPUs are judged by TensorFlow (tests/test_gpu.py)
 
     if tf.config.list_physical_devices("GPU"):

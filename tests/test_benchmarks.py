@@ -73,6 +73,7 @@ def test_quick_run_reports_every_row(tmp_path):
     assert all(r["images_per_s"] > 0 and 0 < r["fraction_of_peak"] < 1.5 for r in data["rows"])
     assert data["peaks"]["float32"] > 0 and data["headline"] and data["best_settings"]
     assert data["quick"] is True and data["failed_jobs"] == 0 and data["sections"] == ["train", "infer"]
+    assert data["jobs_at_once"] == 2  # a smoke run: two jobs share the CPU (a full run measures one at a time)
     assert "| keras_vit | tiny |" in (tmp_path / "latest.md").read_text()
 
 

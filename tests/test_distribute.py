@@ -64,7 +64,10 @@ def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
     # With the deit recipe: RandAugment, erasing, Mixup and CutMix are replayed, and stochastic depth draws the
     # masks of an uninterrupted run (its seed states are in the backup: keras_vit.cli.run_files.backup_callback).
     args = ["--epochs", "4", "--batch-size", "16", "--recipe", "deit"]
-    assert _train(tmp_path / "whole", *args).returncode == 0
+    # The uninterrupted run trains beside the one to be killed (the two are independent processes).
+    whole_log = open(tmp_path / "whole.log", "w")
+    whole = subprocess.Popen([sys.executable, "-m", "keras_vit.train", "--output-dir", str(tmp_path / "whole"), *TINY,
+                              *args], stdout=subprocess.DEVNULL, stderr=whole_log, env=ENV)
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "keras_vit.train", "--output-dir", str(out), *TINY, *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
@@ -98,6 +101,9 @@ def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
     assert not (out / "backup").exists()  # removed once training ended
     history = json.loads((out / "history.json").read_text())
     assert len(history["loss"]) < 4  # only the epochs after the backup were run again
+    whole.wait(timeout=600)
+    whole_log.close()
+    assert whole.returncode == 0, (tmp_path / "whole.log").read_text()[-3000:]
     for a, b in zip(_weights(tmp_path / "whole" / "model.keras"), _weights(out / "model.keras")):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 

@@ -39,6 +39,7 @@ def test_r26_s32_parameter_count():
 
 
 @pytest.mark.slow
+@pytest.mark.backend_independent  # test_r26_s32_parameter_count checks every backend
 @pytest.mark.parametrize("name", ["ViTR50B16", "ViTR50L32"])
 def test_parameter_count_large(name):
     _check(name)
