@@ -72,13 +72,12 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(skip_f16)
     if BACKEND != "tensorflow":
         skip_tf = pytest.mark.skip(reason=f"TensorFlow itself is tested (backend {BACKEND!r} runs the model side only)")
-        for item in items:
-            if "tensorflow_only" in item.keywords:
-                item.add_marker(skip_tf)
         skip_same = pytest.mark.skip(reason="the same on every backend (variable shapes come from the builders): "
                                             "run once, on TensorFlow")
         for item in items:
-            if "backend_independent" in item.keywords:
+            if "tensorflow_only" in item.keywords:
+                item.add_marker(skip_tf)
+            elif "backend_independent" in item.keywords:
                 item.add_marker(skip_same)
     import tensorflow as tf  # installed with the test extra; GPUs are judged by TensorFlow (tests/test_gpu.py)
 

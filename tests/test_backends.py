@@ -27,10 +27,25 @@ TOLERANCE = 1e-5  # the issue's bar for logits, attention weights and rollout
 LOSS_TOLERANCE = 1e-4  # the issue's bar for the first 5 training losses
 
 
-def _run(code_or_module, backend, *args, timeout=900):
+def _start(code_or_module, backend, *args):
+    """A Python process on `backend` running a `tests.` module or a line of code; its output is piped."""
     env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
     command = [sys.executable, *(["-m", code_or_module] if code_or_module.startswith("tests.") else ["-c", code_or_module]), *args]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(process, timeout=900):
+    """Waits for a process of `_start` (killed after `timeout` s); returns a `CompletedProcess`."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _run(code_or_module, backend, *args, timeout=900):
+    return _finish(_start(code_or_module, backend, *args), timeout)
 
 
 @pytest.fixture(scope="module")
@@ -55,25 +70,15 @@ def workdir(tmp_path_factory):
     hybrid.save(directory / "hybrid.keras")
     backend_worker.tiny_model().save_weights(directory / "tiny.weights.h5")
 
-    # The JAX and PyTorch workers run side by side (each a process of its own, as in `_run`) while TensorFlow's
-    # numbers are computed here: the fixture took 135 s with the three one after another.
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-    workers = {
-        backend: subprocess.Popen([sys.executable, "-m", "tests.backend_worker", str(directory)], cwd=ROOT,
-                                  env=dict(env, KERAS_BACKEND=backend), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
-        for backend in OTHERS
-    }
+    # The JAX and PyTorch workers run side by side while TensorFlow's numbers are computed here: the fixture took
+    # 135 s with the three one after another.
+    workers = {backend: _start("tests.backend_worker", backend, str(directory)) for backend in OTHERS}
     backend_worker.main(str(directory))  # TensorFlow, here
     failures = {}
     for backend, worker in workers.items():
-        try:
-            stdout, stderr = worker.communicate(timeout=900)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            stdout, stderr = worker.communicate()
-        if worker.returncode:
-            failures[backend] = stdout[-3000:] + stderr[-6000:]
+        result = _finish(worker)
+        if result.returncode:
+            failures[backend] = result.stdout[-3000:] + result.stderr[-6000:]
     return directory, failures
 
 

@@ -18,9 +18,12 @@ TINY = ["--image-size", "16", "--patch-size", "4", "--hidden-size", "32", "--num
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
 
 
+def _train_command(out, *extra):
+    return [sys.executable, "-m", "keras_vit.train", "--output-dir", str(out), *TINY, *extra]
+
+
 def _train(out, *extra, timeout=600):
-    cmd = [sys.executable, "-m", "keras_vit.train", "--output-dir", str(out), *TINY, *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    return subprocess.run(_train_command(out, *extra), capture_output=True, text=True, timeout=timeout, env=ENV)
 
 
 def _weights(path):
@@ -66,11 +69,10 @@ def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
     args = ["--epochs", "4", "--batch-size", "16", "--recipe", "deit"]
     # The uninterrupted run trains beside the one to be killed (the two are independent processes).
     whole_log = open(tmp_path / "whole.log", "w")
-    whole = subprocess.Popen([sys.executable, "-m", "keras_vit.train", "--output-dir", str(tmp_path / "whole"), *TINY,
-                              *args], stdout=subprocess.DEVNULL, stderr=whole_log, env=ENV)
+    whole = subprocess.Popen(_train_command(tmp_path / "whole", *args), stdout=subprocess.DEVNULL, stderr=whole_log,
+                             env=ENV)
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "keras_vit.train", "--output-dir", str(out), *TINY, *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+    proc = subprocess.Popen(_train_command(out, *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
     metadata = out / "backup" / "training_metadata.json"
     try:
         deadline = time.time() + 300
