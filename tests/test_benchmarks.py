@@ -118,6 +118,7 @@ def test_every_figure_gets_its_own_process_and_a_failed_one_is_reported_not_fata
     (["--image-size", "40"], "--image-size must be a multiple of 16"),
     (["--quick", "--models", "Ti16"], "--quick sets its own model, size and steps; drop --models"),
     (["--models", "Ti16", "--update-readme"], "--update-readme needs a full run"),
+    (["--sections", "train,infer,edge", "--update-readme"], "--update-readme needs a full run"),
     (["--sections", "nope"], "--sections: unknown nope"),
 ])
 def test_bad_arguments_exit_2_before_measuring_anything(argv, message, capsys):
@@ -126,6 +127,20 @@ def test_bad_arguments_exit_2_before_measuring_anything(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_results_tables_take_a_full_run_without_the_edge_section(monkeypatch):
+    from benchmarks import run
+
+    class Measuring(Exception):
+        pass
+
+    def peak(*args, **kwargs):
+        raise Measuring  # past every argument check: the run would measure now
+
+    monkeypatch.setattr(run, "matmul_peak", peak)
+    with pytest.raises(Measuring):
+        run.main(["--sections", "train,infer,artifacts", "--update-readme"])
 
 
 def test_profile_depth_has_help():
