@@ -37,9 +37,10 @@ def torch_model(config, image, classes=1000):
     return transformers.ViTForImageClassification(cfg)
 
 
-def train_torch(config, image, batch, steps, warmup, bf16, compiled=False):
-    """HF's ViT, one AdamW step with clipping per timed step; bfloat16 through `torch.autocast`; `compiled`: the
-    forward pass under `torch.compile` (inductor), the backward pass through its AOT autograd."""
+def torch_train_step(config, image, batch, bf16, compiled=False):
+    """A zero-argument call: one training step of HF's ViT (AdamW, clipping at norm 1); bfloat16 through
+    `torch.autocast`; `compiled`: the forward pass under `torch.compile` (inductor), the backward pass through its AOT
+    autograd (it compiles on the first calls)."""
     import torch
 
     model = torch_model(config, image).train()
@@ -56,18 +57,32 @@ def train_torch(config, image, batch, steps, warmup, bf16, compiled=False):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
-    return batch / median_seconds(step, steps, warmup)
+    return step
 
 
-def infer_torch(config, image, batch, steps, warmup, compiled=False):
-    """HF's ViT in float32 under `torch.inference_mode`, eager or under `torch.compile` (inductor)."""
+def torch_infer_call(config, image, batch, compiled=False):
+    """A zero-argument call: HF's ViT in float32 under `torch.inference_mode`, eager or under `torch.compile`."""
     import torch
 
     model = torch_model(config, image).eval()
     forward = torch.compile(model) if compiled else model
     x = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (batch, 3, image, image)).astype("float32"))
-    with torch.inference_mode():
-        return batch / median_seconds(lambda: forward(pixel_values=x), steps, warmup)
+
+    def call():
+        with torch.inference_mode():
+            return forward(pixel_values=x)
+
+    return call
+
+
+def train_torch(config, image, batch, steps, warmup, bf16, compiled=False):
+    """Images/s of `torch_train_step`."""
+    return batch / median_seconds(torch_train_step(config, image, batch, bf16, compiled), steps, warmup)
+
+
+def infer_torch(config, image, batch, steps, warmup, compiled=False):
+    """Images/s of `torch_infer_call`."""
+    return batch / median_seconds(torch_infer_call(config, image, batch, compiled), steps, warmup)
 
 
 def infer_backend(model, batch, steps, warmup):

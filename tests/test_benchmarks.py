@@ -182,16 +182,62 @@ def test_train_ab_times_both_models_in_turn_and_tables_the_ratio():
     ms = measure("tiny", QUICK["tiny"], 32, 2, rounds=1, runs=1, jit=True, progress=lambda line: None)
     assert set(ms) == {(model, kind) for model in MODELS for kind in ("train", "infer")}
     assert all(value > 0 for value in ms.values())
-    lines = table({("tiny", 2, True): ms}).splitlines()
+    lines = table({("tiny", 2, True, "float32"): ms}).splitlines()
     train = lines[2].split(" | ")
-    assert train[:4] == ["| tiny", "2", "on", "train"]
+    assert train[:5] == ["| tiny", "float32", "2", "on", "train"]
     assert train[-1] == f"{ms['keras-hub', 'train'] / ms['keras_vit', 'train']:.2f}x |"
+
+
+def test_train_ab_builds_both_models_under_the_precision_asked_and_restores_float32(monkeypatch):
+    import keras
+
+    from benchmarks import train_ab
+    from benchmarks.run import QUICK
+
+    built, original = [], train_ab._keras_models
+
+    def models(*args):
+        out = original(*args)
+        built.extend((name, model.dtype_policy.name) for name, model in out.items())
+        return out
+
+    monkeypatch.setattr(train_ab, "_keras_models", models)
+    ms = train_ab.measure("tiny", QUICK["tiny"], 32, 2, rounds=1, runs=1, jit=False, progress=lambda line: None,
+                          precision="mixed_bfloat16")
+    assert sorted(built) == [("keras-hub", "mixed_bfloat16"), ("keras_vit", "mixed_bfloat16")]
+    assert all(value > 0 for value in ms.values())
+    assert keras.mixed_precision.global_policy().name == "float32"
+
+
+def test_train_ab_takes_hf_into_the_same_turns_and_rates_keras_vit_against_the_fastest_other(monkeypatch):
+    from benchmarks import train_ab
+    from benchmarks.run import QUICK
+
+    monkeypatch.setattr(train_ab, "TORCH_PEERS", {"torch": "HF transformers (PyTorch)"})  # eager: no compile here
+    ms = train_ab.measure("tiny", QUICK["tiny"], 32, 2, rounds=1, runs=1, jit=False, progress=lambda line: None,
+                          with_torch=True)
+    assert set(ms) == {(model, kind) for model in (*train_ab.MODELS, "HF transformers (PyTorch)")
+                       for kind in ("train", "infer")}
+    assert all(value > 0 for value in ms.values())
+    bf16 = train_ab.measure("tiny", QUICK["tiny"], 32, 2, rounds=1, runs=1, jit=False, progress=lambda line: None,
+                            precision="mixed_bfloat16", with_torch=True)
+    assert ("HF transformers (PyTorch)", "train") in bf16 and ("HF transformers (PyTorch)", "infer") not in bf16
+    fake = {("keras_vit", "train"): 10.0, ("keras-hub", "train"): 12.0, ("HF", "train"): 8.0,
+            ("keras_vit", "infer"): 4.0, ("keras-hub", "infer"): 5.0, ("HF", "infer"): 6.0}
+    lines = train_ab.table({("Ti16", 8, False, "mixed_bfloat16"): fake}).splitlines()
+    assert lines[0].endswith("| keras_vit ms | keras-hub ms | HF ms | keras_vit speed / fastest other |")
+    assert lines[2] == "| Ti16 | mixed_bfloat16 | 8 | off | train | 10.0 | 12.0 | 8.0 | 0.80x |"
+    assert lines[3] == "| Ti16 | mixed_bfloat16 | 8 | off | infer | 4.0 | 5.0 | 6.0 | 1.25x |"
+    del fake["HF", "infer"]  # HF's inference in a bfloat16 row: not timed
+    assert train_ab.table({("Ti16", 8, False, "mixed_bfloat16"): fake}).splitlines()[3] == \
+        "| Ti16 | mixed_bfloat16 | 8 | off | infer | 4.0 | 5.0 | – | 1.25x |"
 
 
 @pytest.mark.parametrize("argv,message", [
     (["--models", "Ti32"], "--models must be a comma list of Ti16, S16, B16. Received: 'Ti32'"),
     (["--xla", "maybe"], "--xla must be a comma list of on, off. Received: 'maybe'"),
     (["--rounds", "0"], "--batch, --rounds and --runs must be >= 1. Received: 8, 0, 3"),
+    (["--precision", "float16"], "--precision must be a comma list of float32, mixed_bfloat16. Received: 'float16'"),
 ])
 def test_train_ab_refuses_bad_flags_by_name(argv, message, capsys):
     from benchmarks.train_ab import main
@@ -212,3 +258,28 @@ def test_an_artifact_row_names_its_precision_and_claims_no_float32_share_for_int
         assert rows[q]["fraction_of_peak"] == pytest.approx(rows[q]["gflops"] / 100.0)
         assert rows[q]["latency_ms"] == pytest.approx(2000 / rows[q]["images_per_s"])
     assert rows["int8"]["fraction_of_peak"] is None and rows["int8"]["gflops"] > 0
+
+
+def test_files_ab_times_the_float32_files_and_hf_in_turn_and_rates_the_fastest_file(monkeypatch):
+    from benchmarks import files_ab
+    from benchmarks.run import QUICK
+
+    eager = {"torch": "HF transformers (PyTorch)"}
+    monkeypatch.setattr(files_ab, "TORCH_PEERS", eager)  # no torch.compile here: its compile takes the time
+    ms = files_ab.measure("tiny", QUICK["tiny"], 32, 1, rounds=1, runs=1, progress=lambda line: None)
+    assert set(ms) == {*files_ab.FILES, *eager.values()} and all(value > 0 for value in ms.values())
+    fake = {files_ab.FILES[0]: 5.0, files_ab.FILES[1]: 8.0, "HF transformers (PyTorch)": 10.0}
+    lines = files_ab.table({("Ti16", 1): fake}).splitlines()
+    assert lines[2] == "| Ti16 | 1 | 5.0 | 8.0 | 10.0 | 2.00x |"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--models", "L16"], "--models must be a comma list of Ti16, S16, B16. Received: 'L16'"),
+    (["--runs", "0"], "--batch, --rounds and --runs must be >= 1. Received: 1, 7, 0"),
+])
+def test_files_ab_refuses_bad_flags_by_name(argv, message, capsys):
+    from benchmarks.files_ab import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
