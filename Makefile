@@ -56,7 +56,7 @@ demo: install
 # Issue 15: the model side's tests (layers, models, weights, inspect, resize, training) again under JAX and PyTorch,
 # each backend in its own process; tests of TensorFlow itself are marked tensorflow_only and skipped there.
 BACKEND_TESTS := tests/layers tests/models tests/weights tests/test_inspect.py tests/test_resize.py \
-	tests/test_training.py tests/test_optimizers.py tests/test_channels_first.py tests/test_preprocessing.py tests/test_losses.py
+	tests/test_training.py tests/test_channels_first.py tests/test_preprocessing.py tests/test_losses.py
 
 test: install
 	$(PY) -m pytest

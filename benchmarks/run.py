@@ -117,27 +117,14 @@ def _keras_models(name, config, image, classes=1000, only=None):
     return {"keras_vit": ours, "keras-hub": keras_hub_model(name, config, image, classes)}
 
 
-def keras_optimizer(impl, jit):
-    """AdamW 1e-4 with clipping at global norm 1: for keras_vit its own (`keras_vit.training.AdamW`, as
-    `compile_model` builds it: the update under XLA when the step runs without XLA, on TensorFlow), for keras-hub
-    Keras' own, as each library's users train."""
-    import keras
-
-    from keras_vit import training
-
-    if impl == "keras_vit":
-        return training.AdamW(1e-4, global_clipnorm=1.0, jit_compile=not jit)
-    return keras.optimizers.AdamW(1e-4, global_clipnorm=1.0)
-
-
-def train_keras(model, batch, steps, warmup, jit, impl="keras_vit"):
+def train_keras(model, batch, steps, warmup, jit):
     import keras
     import tensorflow as tf
 
     x = np.random.default_rng(0).uniform(-1, 1, (batch, *model.input_shape[1:])).astype("float32")
     y = np.arange(batch) % model.output_shape[-1]
     ds = tf.data.Dataset.from_tensors((x, y)).repeat()
-    model.compile(optimizer=keras_optimizer(impl, jit),
+    model.compile(optimizer=keras.optimizers.AdamW(1e-4, global_clipnorm=1.0),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit)
     timer = _StepTimer().callback
     model.fit(ds, steps_per_epoch=warmup + steps, epochs=1, verbose=0, callbacks=[timer], shuffle=False)
@@ -184,7 +171,7 @@ def train_row(name, config, image, batch, steps, warmup, peaks, impl, precision,
     keras.mixed_precision.set_global_policy(precision)
     try:
         model = _keras_models(name, config, image, only=impl)[impl]
-        rate = train_keras(model, batch, steps, warmup, jit, impl)
+        rate = train_keras(model, batch, steps, warmup, jit)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     if backend != "tensorflow":

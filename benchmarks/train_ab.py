@@ -1,13 +1,12 @@
 """keras_vit against keras-hub's ViT (and HF's), training step for training step, in one process (issue 30, item 2).
 
     python -m benchmarks.train_ab [--models Ti16] [--batch 8] [--rounds 7 --runs 3] [--xla on,off]
-                                  [--precision float32,mixed_bfloat16] [--torch] [--plain-update]
+                                  [--precision float32,mixed_bfloat16] [--torch]
 
 `make bench` times each model in a process of its own, three steps each, and on this shared 2-core machine one
 process can run 50% slower than the next. This module takes turns instead: both models, built at random init
 (`benchmarks.run._keras_models`: the same configuration, 224 px, 1000 classes, float32 logits), compiled alike
-(AdamW 1e-4, `global_clipnorm=1.0`, sparse cross-entropy from logits, `jit_compile` as `--xla` says; keras_vit with
-its own AdamW, whose update runs under XLA when the step does not: `benchmarks.run.keras_optimizer`), each
+(AdamW 1e-4, `global_clipnorm=1.0`, sparse cross-entropy from logits, `jit_compile` as `--xla` says), each
 `train_on_batch` on the same seeded batch; after two warm-up steps (XLA compiles there), `--rounds` rounds call
 each model `--runs` times in turn, and a figure is the median over rounds of each round's median (`interleaved_ms`).
 Inference (`model(x, training=False)` under `tf.function`, the same `jit_compile`) is timed the same way, so that a
@@ -16,9 +15,7 @@ under that Keras dtype policy (bfloat16 compute, float32 variables and logits), 
 `--torch` takes Hugging Face's PyTorch ViT into the same turns, eager and under `torch.compile`, as `make bench`
 runs it (`benchmarks.peers`: an AdamW step with clipping, bfloat16 through `torch.autocast`; inference in float32
 under `torch.inference_mode`, so HF's inference is timed in float32 rows only: `make bench` has no bfloat16 inference
-row). `--plain-update` takes keras_vit with the plain optimizer update into the same turns, the before of the
-update under XLA (`keras_vit.training.AdamW(jit_compile=True)`, what `compile_model` picks when the step runs without
-XLA). Prints a markdown table and the CPU.
+row). Prints a markdown table and the CPU.
 """
 
 import argparse
@@ -27,47 +24,37 @@ import numpy as np
 
 from benchmarks.machine import cpu
 from benchmarks.peers import torch_infer_call, torch_train_step
-from benchmarks.run import SIZES, _keras_models, keras_optimizer
+from benchmarks.run import SIZES, _keras_models
 from benchmarks.throughput_tables import TORCH_PEERS
 from benchmarks.timing import interleaved_ms
 
 MODELS = ("keras_vit", "keras-hub")
-PLAIN_UPDATE = "keras_vit, plain update"  # --plain-update: keras_vit's optimizer without its update under XLA
 
 
-def measure(name, config, image, batch, rounds, runs, jit, progress=print, precision="float32", with_torch=False,
-            plain_update=False):
+def measure(name, config, image, batch, rounds, runs, jit, progress=print, precision="float32", with_torch=False):
     """`{(model, "train" | "infer"): ms}` for keras_vit and keras-hub of `config` (`SIZES[name]`: hidden size, layers,
     heads, MLP size, patch size) at `image` px and batch `batch`, built under the Keras dtype policy `precision`
     ("float32" or "mixed_bfloat16"; the global policy is float32 again afterwards); with `with_torch`, also HF's ViT
-    eager and under `torch.compile` (keys `TORCH_PEERS`' names; their "infer" in float32 only); with `plain_update`,
-    also keras_vit trained with `keras_vit.training.AdamW(jit_compile=False)` (key `PLAIN_UPDATE`, "train" only):
-    the before of its update under XLA, which runs when `jit` is False."""
+    eager and under `torch.compile` (keys `TORCH_PEERS`' names; their "infer" in float32 only)."""
     import keras
     import tensorflow as tf
-
-    from keras_vit import training
 
     keras.utils.set_random_seed(0)
     keras.mixed_precision.set_global_policy(precision)
     try:
         models = _keras_models(name, config, image)
-        if plain_update:
-            keras.utils.set_random_seed(0)
-            models[PLAIN_UPDATE] = _keras_models(name, config, image, only="keras_vit")["keras_vit"]
     finally:
         keras.mixed_precision.set_global_policy("float32")
     x = np.random.default_rng(0).uniform(-1, 1, (batch, image, image, 3)).astype("float32")
     y = np.arange(batch) % 1000
     calls = {}
-    for key, model in models.items():
-        optimizer = training.AdamW(1e-4, global_clipnorm=1.0) if key == PLAIN_UPDATE else keras_optimizer(key, jit)
-        model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      jit_compile=jit)
+    for key in MODELS:
+        model = models[key]
+        model.compile(optimizer=keras.optimizers.AdamW(1e-4, global_clipnorm=1.0),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit)
+        forward = tf.function(lambda v, m=model: m(v, training=False), jit_compile=jit)
         calls[key, "train"] = lambda m=model: m.train_on_batch(x, y)
-        if key != PLAIN_UPDATE:
-            forward = tf.function(lambda v, m=model: m(v, training=False), jit_compile=jit)
-            calls[key, "infer"] = lambda f=forward: f(tf.constant(x)).numpy()
+        calls[key, "infer"] = lambda f=forward: f(tf.constant(x)).numpy()
     if with_torch:
         for impl, label in TORCH_PEERS.items():
             compiled = impl == "torch_compile"
@@ -79,27 +66,19 @@ def measure(name, config, image, batch, rounds, runs, jit, progress=print, preci
 
 def table(results):
     """`results`: `{(name, batch, xla, precision): {(model, kind): ms}}` -> markdown: ms per step of each model and
-    keras_vit's speed against the fastest other model of the row; with `PLAIN_UPDATE` figures, also keras_vit's
-    speed against itself with the plain update (train rows)."""
-    keys = [model for ms in results.values() for model, _ in ms]
-    plain = PLAIN_UPDATE in keys
-    others = list(dict.fromkeys(model for model in keys if model not in ("keras_vit", PLAIN_UPDATE)))
+    keras_vit's speed against the fastest other model of the row."""
+    others = list(dict.fromkeys(model for ms in results.values() for model, _ in ms if model != "keras_vit"))
     lines = ["| model | precision | batch | XLA | kind | keras_vit ms | " + " | ".join(f"{o} ms" for o in others) +
-             " | keras_vit speed / fastest other |" + (f" {PLAIN_UPDATE} ms | keras_vit speed / plain update |"
-                                                      if plain else ""),
-             "|---|---|---|---|---|---|" + "---|" * (len(others) + 2 * plain) + "---|"]
+             " | keras_vit speed / fastest other |",
+             "|---|---|---|---|---|---|" + "---|" * len(others) + "---|"]
     for (name, batch, xla, precision), ms in results.items():
         for kind in ("train", "infer"):
             ours = ms["keras_vit", kind]
             theirs = [ms.get((o, kind)) for o in others]
             fastest = min(t for t in theirs if t is not None)
             cells = " | ".join("–" if t is None else f"{t:.1f}" for t in theirs)
-            line = (f"| {name} | {precision} | {batch} | {'on' if xla else 'off'} | {kind} | {ours:.1f} | "
-                    f"{cells} | {fastest / ours:.2f}x |")
-            if plain:
-                before = ms.get((PLAIN_UPDATE, kind))
-                line += " – | – |" if before is None else f" {before:.1f} | {before / ours:.2f}x |"
-            lines.append(line)
+            lines.append(f"| {name} | {precision} | {batch} | {'on' if xla else 'off'} | {kind} | {ours:.1f} | "
+                         f"{cells} | {fastest / ours:.2f}x |")
     return "\n".join(lines)
 
 
@@ -114,10 +93,6 @@ def main(argv=None):
                         help="comma list of float32, mixed_bfloat16 (default float32)")
     parser.add_argument("--torch", action="store_true",
                         help="also HF's PyTorch ViT, eager and under torch.compile, in the same turns")
-    parser.add_argument("--plain-update", action="store_true",
-                        help="also keras_vit with its optimizer's plain update (no XLA for the update) in the same "
-                        "turns: the before of the update under XLA, which keras_vit uses when the step runs without "
-                        "XLA (--xla off)")
     args = parser.parse_args(argv)
     names = [m for m in args.models.split(",") if m]
     if not names or any(m not in SIZES for m in names):
@@ -137,7 +112,7 @@ def main(argv=None):
                 print(f"{name}, {precision}, batch {args.batch}, XLA {setting}", flush=True)
                 results[name, args.batch, setting == "on", precision] = measure(
                     name, SIZES[name], 224, args.batch, args.rounds, args.runs, setting == "on", precision=precision,
-                    with_torch=args.torch, plain_update=args.plain_update)
+                    with_torch=args.torch)
     print(f"CPU: {cpu()}")
     print(table(results))
 

@@ -142,8 +142,7 @@ def choose_xla(xla, strategy, precision):
                        "(use GPUs or TPUs for XLA)")
     if xla == "auto" and precision == "mixed_bfloat16" and cpu_only(strategy):
         return False, ("mixed_bfloat16 on CPU: training without XLA, whose CPU bfloat16 kernels are slower than "
-                       "TensorFlow's oneDNN ones; on TensorFlow the optimizer's update alone is compiled with XLA "
-                       "(--xla on compiles the whole step)")
+                       "TensorFlow's oneDNN ones (--xla on to force it)")
     return True, None
 
 

@@ -297,11 +297,6 @@ def _start(args):
     return strategy, distribute.is_chief(), jit_compile
 
 
-def _inner(optimizer):
-    """The optimizer inside a `keras.optimizers.LossScaleOptimizer` (mixed_float16), else `optimizer`."""
-    return getattr(optimizer, "inner_optimizer", optimizer)
-
-
 def _steps_per_epoch(train):
     steps = int(train.cardinality())
     if steps < 1:
@@ -367,7 +362,6 @@ def _run_metrics(results, eval_time, num_val, train_time, num_train, args, model
         "precision": args.precision,
         "xla": args.xla,
         "jit_compile": bool(model.jit_compile),
-        "jit_compile_update": bool(getattr(_inner(model.optimizer), "jit_compile", False)),
         "backend": backend(),
         "strategy": args.strategy,
         "replicas": int(strategy.num_replicas_in_sync),
@@ -455,7 +449,6 @@ def run(args):
             label_smoothing=settings["label_smoothing"],
             ema_momentum=args.ema_momentum,
             jit_compile=jit_compile,
-            jit_compile_update="auto" if args.xla != "off" else False,
         )
     hist, train_time = _fit(model, train, val, args, strategy, chief)
     results, eval_time = _timed_evaluate(model, val)

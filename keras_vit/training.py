@@ -13,12 +13,12 @@ soft labels of Mixup and CutMix alike.
 import logging
 
 import keras
+from keras import ops
 
 from keras_vit import even_batches
-from keras_vit.common.backend import backend, op_determinism_enabled  # noqa: F401 (training.op_determinism_enabled)
+from keras_vit.common.backend import backend
 from keras_vit.losses import Accuracy, Crossentropy, SparseCategoricalCrossentropyWithSmoothing  # noqa: F401 (names here too)
 from keras_vit.common.validation import check_bool, check_choice, check_positive_int, check_rate
-from keras_vit.optimizers import SGD, AdamW, xla_update_possible  # noqa: F401 (training.AdamW, training.SGD)
 
 OPTIMIZERS = ("sgd", "adamw")
 # Variables that AdamW's decoupled weight decay leaves alone (biases, LayerNorm
@@ -75,7 +75,6 @@ def compile_model(
     ema_momentum=None,
     from_logits=None,
     jit_compile="auto",
-    jit_compile_update="auto",
     metrics=("accuracy",),
 ):
     """Compiles `model` with the ViT training recipe and checks XLA holds.
@@ -156,16 +155,6 @@ def compile_model(
             faster (XLA:CPU does not use the CPU's bfloat16 units);
             `keras_vit.distribute.choose_xla("auto", strategy, precision)`
             decides as `keras-vit-train --xla auto` does.
-        jit_compile_update: "auto" (default: True on TensorFlow when the
-            train step runs without XLA, outside a `tf.distribute` strategy
-            and op determinism; else False) or a bool: True applies
-            the optimizer's update (clipping, weight decay, moments,
-            assignments) as one XLA-compiled function on TensorFlow, outside
-            a `tf.distribute` strategy and op determinism (the optimizers'
-            `jit_compile`, `keras_vit.training.AdamW`). It fuses some 6,000
-            small ops a step (ViT-Ti/16): 1.04-1.07x a ViT-Ti/16 or S/16 training step
-            under mixed_bfloat16 on a CPU. Ignored on JAX and PyTorch, and
-            when the whole step is compiled with XLA.
         metrics: Keras metrics, default ("accuracy",). "accuracy" (or
             "acc") becomes `keras_vit.losses.Accuracy` (still named
             "accuracy") on a head of more than one output, so that it reads
@@ -190,10 +179,6 @@ def compile_model(
     check_rate("momentum", momentum)
     auto = isinstance(jit_compile, str)
     jit_compile = resolve_jit_compile(jit_compile)
-    if not (isinstance(jit_compile_update, bool) or jit_compile_update == "auto"):
-        raise ValueError(
-            f"`jit_compile_update` must be 'auto', True or False. Received: jit_compile_update={jit_compile_update!r}"
-        )
     if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or weight_decay < 0:
         raise ValueError(f"`weight_decay` must be a float >= 0. Received: weight_decay={weight_decay!r}")
     if optimizer == "sgd" and weight_decay:
@@ -228,14 +213,13 @@ def compile_model(
             "deterministically without XLA, or leave op determinism off to train with XLA."
         )
 
-    if jit_compile_update == "auto":
-        jit_compile_update = not jit_compile and xla_update_possible()
     schedule = learning_rate_schedule(learning_rate, total_steps, warmup_steps)
-    common = {"global_clipnorm": global_clipnorm, "jit_compile": jit_compile_update, **ema}
     if optimizer == "sgd":
-        opt = SGD(schedule, momentum=momentum, **common)
+        opt = SGD(schedule, momentum=momentum, global_clipnorm=global_clipnorm, **ema)
     else:
-        opt = AdamW(schedule, weight_decay=weight_decay, beta_1=0.9, beta_2=0.999, **common)
+        opt = AdamW(
+            schedule, weight_decay=weight_decay, beta_1=0.9, beta_2=0.999, global_clipnorm=global_clipnorm, **ema
+        )
         opt.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
     loss = Crossentropy(label_smoothing, from_logits=from_logits)  # integer labels, and Mixup's soft ones
     if _output_columns(model) != 1:  # Keras would fix "accuracy" to one label form at the first batch
@@ -264,6 +248,25 @@ def resolve_jit_compile(jit_compile):
     if not (isinstance(jit_compile, bool) or (isinstance(jit_compile, str) and jit_compile == "auto")):
         raise ValueError(f"`jit_compile` must be 'auto', True or False. Received: jit_compile={jit_compile!r}")
     return backend() != "torch" if jit_compile == "auto" else jit_compile
+
+
+def op_determinism_enabled():
+    """True when TensorFlow's op determinism is on in this process.
+
+    It is turned on by `tf.config.experimental.enable_op_determinism()` or by
+    the environment variable `TF_DETERMINISTIC_OPS=1` (read when TensorFlow
+    starts). Keras 3.15 then refuses XLA (`keras.src.trainers.trainer.
+    model_supports_jit` asks the same TensorFlow function,
+    `tensorflow.python.framework.config.is_op_determinism_enabled`).
+
+    Returns:
+        bool.
+    """
+    if backend() != "tensorflow":
+        return False  # as Keras: determinism only stops XLA on the TensorFlow backend (and TensorFlow may be absent)
+    from tensorflow.python.framework.config import is_op_determinism_enabled
+
+    return bool(is_op_determinism_enabled())
 
 
 def _check_float32_weights(model):
@@ -310,6 +313,111 @@ def _check_trainable_here(model):
 def _computes_in_float16(model):
     """True when `model` or one of its layers computes in float16 (the `mixed_float16` policy)."""
     return any(getattr(layer, "compute_dtype", None) == "float16" for layer in [model, *model.layers])
+
+
+def _replicas():
+    """Replicas of the `tf.distribute` strategy in scope; 1 on other backends (JAX's `keras.distribution`
+    shards one global batch, whose gradient, and so its clipping, is already global)."""
+    if backend() != "tensorflow":
+        return 1
+    import tensorflow as tf
+
+    return tf.distribute.get_strategy().num_replicas_in_sync
+
+
+class _ClipAfterAllReduce:
+    """Clips by global norm the gradient summed over replicas, not each replica's part of it.
+
+    Keras 3.15's TensorFlow optimizer clips each replica's gradient (with
+    `global_clipnorm`) before the cross-replica sum, so with N replicas the
+    update may reach N times the norm the recipe allows, and a multi-device
+    run drifts from a one-device run (docs/traps.md). Here the clipping moves
+    after the all-reduce; on one device nothing changes.
+    """
+
+    def _clip_gradients(self, grads):
+        if self.global_clipnorm and _replicas() > 1:
+            return grads  # clipped in _all_reduce_sum_gradients, after the sum
+        return super()._clip_gradients(grads)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        reduced = super()._all_reduce_sum_gradients(grads_and_vars)
+        if not (self.global_clipnorm and _replicas() > 1):
+            return reduced
+        from keras.src.optimizers.base_optimizer import clip_by_global_norm  # what Keras' own clipping uses
+
+        kept = [(g, v) for g, v in reduced if g is not None]
+        clipped = clip_by_global_norm([g for g, _ in kept], self.global_clipnorm)
+        clipped = iter(clipped)
+        return [(next(clipped), v) if g is not None else (g, v) for g, v in reduced]
+
+
+class _SavedWeightDecayExclusions:
+    """Keeps `exclude_from_weight_decay(...)` in the optimizer's config, so that it survives `model.save`.
+
+    Keras 3.15 keeps the exclusions only on the Python object: `get_config`
+    leaves them out, and a model reloaded from a `.keras` file decays the
+    biases, LayerNorm parameters and embeddings it was told to skip
+    (docs/traps.md). Here the names (`var_names`, patterns searched in each
+    variable's `name`, as in Keras) and the variables (`var_list`, saved as
+    their `path`, e.g. "transformer_block_0/norm_1/gamma") are constructor
+    arguments and config entries.
+    """
+
+    def __init__(self, *args, exclude_from_weight_decay_names=None, exclude_from_weight_decay_paths=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._excluded_names, self._excluded_paths = [], []
+        if exclude_from_weight_decay_names or exclude_from_weight_decay_paths:
+            self.exclude_from_weight_decay(var_names=exclude_from_weight_decay_names)
+            self._excluded_paths = list(exclude_from_weight_decay_paths or [])
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        super().exclude_from_weight_decay(var_list=var_list, var_names=var_names)
+        self._excluded_names = list(dict.fromkeys(var_names or []))
+        self._excluded_paths = [v.path for v in var_list or []]
+
+    def build(self, variables):
+        # Keras matches `var_list` by object identity (`_var_key`); a reloaded optimizer has paths instead.
+        if self._excluded_paths:
+            keys = {self._var_key(v) for v in variables if v.path in self._excluded_paths}
+            self._exclude_from_weight_decay = set(getattr(self, "_exclude_from_weight_decay", ())) | keys
+        super().build(variables)
+
+    def get_config(self):
+        config = super().get_config()
+        config["exclude_from_weight_decay_names"] = list(self._excluded_names)
+        config["exclude_from_weight_decay_paths"] = list(self._excluded_paths)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AdamW(_SavedWeightDecayExclusions, _ClipAfterAllReduce, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW` that clips after the all-reduce and saves its weight-decay exclusions.
+
+    `global_clipnorm` applies to the gradient summed over replicas
+    (tf.distribute), not to each replica's part of it; what
+    `exclude_from_weight_decay` was given is part of `get_config`, so a model
+    saved and loaded with `model.save` / `keras.saving.load_model` keeps it.
+
+    Args:
+        *args, **kwargs: those of `keras.optimizers.AdamW`.
+        exclude_from_weight_decay_names: optional list of str, the
+            `var_names` of `exclude_from_weight_decay`: a variable whose
+            `name` contains a match of one of these regular expressions
+            gets no weight decay.
+        exclude_from_weight_decay_paths: optional list of str, the paths
+            (`variable.path`) of variables given to `exclude_from_weight_decay`
+            as `var_list`.
+    """
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class SGD(_SavedWeightDecayExclusions, _ClipAfterAllReduce, keras.optimizers.SGD):
+    """`keras.optimizers.SGD` that clips after the all-reduce and saves its weight-decay exclusions.
+
+    The same additions as `keras_vit.training.AdamW` (Keras' SGD takes a
+    `weight_decay` too), to `keras.optimizers.SGD`'s arguments.
+    """
 
 
 def _output_columns(model):

@@ -209,24 +209,6 @@ def test_train_ab_builds_both_models_under_the_precision_asked_and_restores_floa
     assert keras.mixed_precision.global_policy().name == "float32"
 
 
-def test_train_ab_times_the_plain_update_in_the_same_turns_as_the_before():
-    from benchmarks import train_ab
-    from benchmarks.run import QUICK
-
-    ms = train_ab.measure("tiny", QUICK["tiny"], 32, 2, rounds=1, runs=1, jit=False, progress=lambda line: None,
-                          plain_update=True)
-    assert set(ms) == {*((m, k) for m in train_ab.MODELS for k in ("train", "infer")), (train_ab.PLAIN_UPDATE, "train")}
-    assert all(value > 0 for value in ms.values())
-    fake = {("keras_vit", "train"): 10.0, ("keras-hub", "train"): 12.0, (train_ab.PLAIN_UPDATE, "train"): 11.0,
-            ("keras_vit", "infer"): 4.0, ("keras-hub", "infer"): 5.0}
-    lines = train_ab.table({("Ti16", 8, False, "mixed_bfloat16"): fake}).splitlines()
-    assert lines[0].endswith("| keras-hub ms | keras_vit speed / fastest other | keras_vit, plain update ms | "
-                             "keras_vit speed / plain update |")
-    assert lines[1].count("---") == 10
-    assert lines[2] == "| Ti16 | mixed_bfloat16 | 8 | off | train | 10.0 | 12.0 | 1.20x | 11.0 | 1.10x |"
-    assert lines[3] == "| Ti16 | mixed_bfloat16 | 8 | off | infer | 4.0 | 5.0 | 1.25x | – | – |"
-
-
 def test_train_ab_takes_hf_into_the_same_turns_and_rates_keras_vit_against_the_fastest_other(monkeypatch):
     from benchmarks import train_ab
     from benchmarks.run import QUICK

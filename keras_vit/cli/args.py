@@ -156,8 +156,7 @@ def add_training_arguments(parser, learning_rate):
                        help="compile the train step with XLA (jit_compile). auto: on, except for mixed_bfloat16 on "
                        "CPUs and for several CPU replicas, where it is slower or cannot compile, and under op "
                        "determinism (TF_DETERMINISTIC_OPS=1), where Keras turns XLA off; off on the PyTorch "
-                       "backend, where jit_compile means torch.compile (on asks for it; slower to start). Without XLA "
-                       "in the step, auto still compiles the optimizer's update with XLA on TensorFlow; off: none")
+                       "backend, where jit_compile means torch.compile (on asks for it; slower to start)")
     group.add_argument("--no-xla", dest="xla", action="store_const", const="off", help="the same as --xla off (default: not given)")
     group.add_argument("--seed", type=int, default=0)
     return group

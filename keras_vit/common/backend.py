@@ -41,22 +41,3 @@ def tensorflow(purpose):
             f"training) runs without it on the JAX and PyTorch backends."
         ) from error
     return tf
-
-
-def op_determinism_enabled():
-    """True when TensorFlow's op determinism is on in this process.
-
-    It is turned on by `tf.config.experimental.enable_op_determinism()` or by
-    the environment variable `TF_DETERMINISTIC_OPS=1` (read when TensorFlow
-    starts). Keras 3.15 then refuses XLA (`keras.src.trainers.trainer.
-    model_supports_jit` asks the same TensorFlow function,
-    `tensorflow.python.framework.config.is_op_determinism_enabled`).
-
-    Returns:
-        bool.
-    """
-    if backend() != "tensorflow":
-        return False  # as Keras: determinism only stops XLA on the TensorFlow backend (and TensorFlow may be absent)
-    from tensorflow.python.framework.config import is_op_determinism_enabled
-
-    return bool(is_op_determinism_enabled())
