@@ -17,6 +17,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+from tests import suite_budget  # noqa: E402
+
 BACKEND = keras.backend.backend()
 # compile_model's jit_compile="auto": XLA on TensorFlow and JAX, none (no torch.compile) on PyTorch.
 XLA_BY_DEFAULT = BACKEND != "torch"
@@ -83,6 +85,11 @@ def policy():
     """Yields a setter for the global dtype policy and restores float32 after."""
     yield keras.mixed_precision.set_global_policy
     keras.mixed_precision.set_global_policy("float32")
+
+
+def pytest_configure(config):
+    """Each module's wall time and memory, written to runs/test-budget/ (tests/suite_budget.py, issue 42)."""
+    suite_budget.pytest_configure(config)
 
 
 def pytest_collection_modifyitems(config, items):
