@@ -1,7 +1,7 @@
 """Shared fixtures: tiny configurations, policy reset, GPU and backend markers.
 
 `make test` runs every test on the TensorFlow backend, then the model side's
-tests (Makefile `BACKEND_TESTS`) again under `KERAS_BACKEND=jax` and
+tests (`tests/run_suite.py` `BACKEND_TESTS`) again under `KERAS_BACKEND=jax` and
 `KERAS_BACKEND=torch`, each backend in its own process (issue 15). There,
 tests marked `tensorflow_only` (TensorFlow itself is what they test: tf.data,
 tf.function, TFLite, vit-keras) are skipped, and so are those marked

@@ -3,30 +3,27 @@
 Two parts:
 
 * A pytest plugin (`tests/conftest.py` loads it): for every test module it sums the durations of its
-  tests' setup, call and teardown, and records the resident memory of the process that ran it (the
-  pytest process, or each pytest-xdist worker) after each test, and the peak of the processes that the
-  module's tests started and waited for. At the end of the session it writes one JSON file,
-  `runs/test-budget/<name>.json` (name: `KERAS_BUDGET_NAME`, else the Keras backend), with each module's
-  seconds, test count and memory, and the 30 slowest tests.
+  tests' setup, call and teardown, and records the resident memory of the pytest process after each
+  test, and the peak of the processes that its tests started and waited for. At the end of the session it writes one JSON file,
+  `runs/test-budget/<name>.json` (name: `KERAS_BUDGET_NAME`, else the Keras backend; folder:
+  `KERAS_BUDGET_DIR`, else `runs/test-budget`), with each module's
+  seconds, test count and memory, and the 30 slowest tests. (A plain `python -m pytest` writes it too.)
 
-* A command wrapper, `python -m tests.suite_budget run [--name N] -- COMMAND ...`: runs one command (a
-  whole pytest pass), samples the resident memory of the command's whole process tree (the sum of every
-  process's RSS from `/proc`, pytest workers and the subprocesses that tests start included) every
-  `SAMPLE_SECONDS`, and prints its wall time and peak. `python -m tests.suite_budget check NAME ...`
-  prints the table of the passes' figures and exits 1 when one test module took more than
-  `MODULE_LIMIT_SECONDS` or a pass's peak memory went over `MEMORY_LIMIT_BYTES` (issue 42's guards).
-  `make test` runs every pass through `run` and ends with `check`.
+* The guard that `make test` (`tests/run_suite.py`) ends with: `PeakSampler` samples the resident memory
+  of the run's whole process tree (the sum of every process's RSS from `/proc`: the pytest processes and
+  the subprocesses their tests start) every `SAMPLE_SECONDS`, and `check` prints the slowest modules and
+  names each breach of issue 42's budget: a test module over `MODULE_LIMIT_SECONDS`, or a peak over
+  `MEMORY_LIMIT_BYTES`.
 
 The memory figure is the sum of resident set sizes (RSS), in bytes; pages shared between processes (the
 shared libraries' code) are counted once per process, so the figure errs high, never low. Linux only
 (`/proc`); elsewhere the memory columns read 0 and only the times are checked.
 """
 
-import argparse
+import ast
 import json
 import os
 import resource
-import subprocess
 import sys
 import threading
 import time
@@ -97,7 +94,7 @@ class BudgetRecorder:
 
     def _module(self, nodeid):
         return self.modules.setdefault(_module_of(nodeid), {
-            "seconds": 0.0, "tests": 0, "rss_after_bytes": 0, "children_peak_bytes": 0, "worker": ""})
+            "seconds": 0.0, "tests": 0, "rss_after_bytes": 0, "children_peak_bytes": 0})
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -117,11 +114,8 @@ class BudgetRecorder:
         if "rss_bytes" in properties:
             module["rss_after_bytes"] = max(module["rss_after_bytes"], properties["rss_bytes"])
             module["children_peak_bytes"] = max(module["children_peak_bytes"], properties["children_peak_bytes"])
-            module["worker"] = getattr(report, "node", None) and report.node.gateway.id or "main"
 
     def pytest_sessionfinish(self, session):
-        if hasattr(self.config, "workerinput"):  # an xdist worker: its controller writes the file
-            return
         name = os.environ.get("KERAS_BUDGET_NAME") or os.environ.get("KERAS_BACKEND", "tensorflow")
         slowest = sorted(self.tests.items(), key=lambda item: -item[1])[:SLOWEST]
         result = {
@@ -130,8 +124,9 @@ class BudgetRecorder:
             "modules": dict(sorted(self.modules.items(), key=lambda item: -item[1]["seconds"])),
             "slowest_tests": [{"test": test, "seconds": seconds} for (test, seconds) in slowest],
         }
-        os.makedirs(OUTPUT_DIR, exist_ok=True)
-        path = os.path.join(OUTPUT_DIR, f"{name}.json")
+        directory = os.environ.get("KERAS_BUDGET_DIR") or OUTPUT_DIR
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, f"{name}.json")
         with open(path + ".tmp", "w") as f:
             json.dump(result, f, indent=1)
         os.replace(path + ".tmp", path)
@@ -141,79 +136,97 @@ def pytest_configure(config):
     config.pluginmanager.register(BudgetRecorder(config), "keras_vit_suite_budget")
 
 
-def _run(name, command):
-    """Runs `command`, sampling its process tree's RSS; writes `<name>.run.json`; returns its exit status."""
-    start = time.time()
-    process = subprocess.Popen(command)
-    peak = {"bytes": 0}
-    done = threading.Event()
+class PeakSampler:
+    """A context manager that samples the summed RSS of `root_pid`'s process tree every `SAMPLE_SECONDS`.
 
-    def sample():
-        while not done.wait(SAMPLE_SECONDS):
-            peak["bytes"] = max(peak["bytes"], tree_rss_bytes(process.pid))
+    `.bytes` is the largest sample, in bytes (0 where `/proc` cannot be read).
+    """
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    status = process.wait()
-    done.set()
-    sampler.join()
-    wall = time.time() - start
-    os.makedirs(OUTPUT_DIR, exist_ok=True)
-    with open(os.path.join(OUTPUT_DIR, f"{name}.run.json"), "w") as f:
-        json.dump({"name": name, "command": command, "wall_seconds": wall, "peak_bytes": peak["bytes"],
-                   "exit_status": status}, f, indent=1)
-    print(f"[suite budget] {name}: {wall / 60:.1f} min wall, peak memory {peak['bytes'] / GB:.1f} GB "
-          f"(the command's process tree, summed RSS)", flush=True)
-    return status
+    def __init__(self, root_pid):
+        self.root_pid, self.bytes = root_pid, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self):
+        while not self._done.wait(SAMPLE_SECONDS):
+            self.bytes = max(self.bytes, tree_rss_bytes(self.root_pid))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+        return False
 
 
-def _check(names, modules_shown=10):
-    """Prints each pass's figures and its slowest modules; returns 1 when a limit is broken, else 0."""
-    failures = []
-    total_wall = 0.0
-    for name in names:
+def write_run(name, command, wall_seconds, peak_bytes, exit_status, directory=OUTPUT_DIR):
+    """Writes a run's wall time and peak memory to `runs/test-budget/<name>.run.json`."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"{name}.run.json"), "w") as f:
+        json.dump({"name": name, "command": command, "wall_seconds": wall_seconds, "peak_bytes": peak_bytes,
+                   "exit_status": exit_status}, f, indent=1)
+
+
+def modules_of(shard_names, directory=OUTPUT_DIR):
+    """Every module's figures over the shards' files, keyed by (pass, module); the pass is the name's first word."""
+    modules = {}
+    for shard in shard_names:
         try:
-            with open(os.path.join(OUTPUT_DIR, f"{name}.run.json")) as f:
-                run = json.load(f)
-            with open(os.path.join(OUTPUT_DIR, f"{name}.json")) as f:
-                modules = json.load(f)["modules"]
-        except (OSError, ValueError) as error:
-            failures.append(f"{name}: no figures ({error}); run the pass through `python -m tests.suite_budget run`")
-            continue
-        total_wall += run["wall_seconds"]
-        print(f"\n{name}: {run['wall_seconds'] / 60:.1f} min, peak {run['peak_bytes'] / GB:.1f} GB, "
-              f"{sum(m['tests'] for m in modules.values())} tests in {len(modules)} modules; slowest modules:")
-        print(f"  {'seconds':>8}  {'tests':>5}  {'RSS after (GB)':>14}  module")
-        for module, figures in list(modules.items())[:modules_shown]:
-            print(f"  {figures['seconds']:8.1f}  {figures['tests']:5d}  {figures['rss_after_bytes'] / GB:14.1f}  {module}")
-        if run["peak_bytes"] > MEMORY_LIMIT_BYTES:
-            failures.append(f"{name}: peak memory {run['peak_bytes'] / GB:.1f} GB > {MEMORY_LIMIT_BYTES / GB:.0f} GB")
-        for module, figures in modules.items():
-            if figures["seconds"] > MODULE_LIMIT_SECONDS:
-                failures.append(f"{name}: {module} took {figures['seconds']:.0f} s > {MODULE_LIMIT_SECONDS:.0f} s")
-    print(f"\n[suite budget] all passes: {total_wall / 60:.1f} min of test time")
-    for failure in failures:
-        print(f"[suite budget] over the budget: {failure}", file=sys.stderr)
-    return 1 if failures else 0
+            with open(os.path.join(directory, f"{shard}.json")) as f:
+                figures = json.load(f)["modules"]
+        except (OSError, ValueError):
+            continue  # a shard that died before its session ended: its own failure is reported
+        for module, values in figures.items():
+            modules[(shard.split("-")[0], module)] = dict(values, shard=shard)
+    return modules
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tests.suite_budget", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="what", required=True)
-    run = commands.add_parser("run", help="run one pass (a command) and record its wall time and peak memory")
-    run.add_argument("--name", required=True, help="the pass's name (also KERAS_BUDGET_NAME for its pytest)")
-    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
-    check = commands.add_parser("check", help="print the passes' figures; exit 1 over the budget")
-    check.add_argument("names", nargs="+")
-    args = parser.parse_args(argv)
-    if args.what == "run":
-        command = args.command[1:] if args.command[:1] == ["--"] else args.command
-        if not command:
-            parser.error("run: give the command after --, e.g. run --name tensorflow -- python -m pytest")
-        os.environ["KERAS_BUDGET_NAME"] = args.name
-        return _run(args.name, command)
-    return _check(args.names)
+def check(run_names, shard_names, shown=12, directory=OUTPUT_DIR):
+    """Prints the slowest modules and each run's peak; returns the budget's breaches (empty when it held).
+
+    A breach is a module whose tests took more than `MODULE_LIMIT_SECONDS` in all, or a run whose process
+    tree's peak went over `MEMORY_LIMIT_BYTES`.
+    """
+    breaches = []
+    modules = modules_of(shard_names, directory)
+    slowest = sorted(modules.items(), key=lambda item: -item[1]["seconds"])
+    print(f"\n[suite budget] the {min(shown, len(slowest))} slowest of {len(modules)} modules:")
+    print(f"  {'seconds':>8}  {'tests':>5}  {'RSS after (GB)':>14}  pass        module")
+    for (pass_name, module), figures in slowest[:shown]:
+        print(f"  {figures['seconds']:8.1f}  {figures['tests']:5d}  {figures['rss_after_bytes'] / GB:14.1f}  "
+              f"{pass_name:<10}  {module}")
+    for (pass_name, module), figures in slowest:
+        if figures["seconds"] > MODULE_LIMIT_SECONDS:
+            breaches.append(f"{pass_name}: {module} took {figures['seconds']:.0f} s > {MODULE_LIMIT_SECONDS:.0f} s")
+    for name in run_names:
+        with open(os.path.join(directory, f"{name}.run.json")) as f:
+            peak = json.load(f)["peak_bytes"]
+        if peak > MEMORY_LIMIT_BYTES:
+            breaches.append(f"{name}: peak memory {peak / GB:.1f} GB > {MEMORY_LIMIT_BYTES / GB:.0f} GB")
+    for breach in breaches:
+        print(f"[suite budget] over the budget: {breach}", file=sys.stderr)
+    return breaches
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def assertion_count(root=ROOT):
+    """The checks written in the tests: `assert` statements plus `pytest.raises` / `pytest.warns` calls.
+
+    Counted in the source (`ast`) of every `.py` file under `tests/`, so that a change that moves or merges
+    tests can show it kept every check (issue 42's bar: the same number of assertions or more).
+    """
+    count = 0
+    for folder, _, files in os.walk(os.path.join(root, "tests")):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            with open(os.path.join(folder, name)) as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Assert):
+                    count += 1
+                elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                      and node.func.attr in ("raises", "warns") and getattr(node.func.value, "id", "") == "pytest"):
+                    count += 1
+    return count

@@ -4,7 +4,7 @@ Driven from the TensorFlow run of `make test`: this process makes the
 models and inputs on TensorFlow, then `tests/backend_worker.py` runs the
 same model side under `KERAS_BACKEND=jax` and `KERAS_BACKEND=torch`, each in
 its own process, and the numbers are compared here. (The model side's own
-tests also run under both backends: Makefile `BACKEND_TESTS`.)
+tests also run under both backends: `tests/run_suite.py` `BACKEND_TESTS`.)
 """
 
 import json

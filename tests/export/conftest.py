@@ -1,16 +1,18 @@
 """A tiny ViT trained for a few seconds on digits, shared by the export tests."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
 
 import keras_vit
 from keras_vit import data, training
+from tests import shared_cache
 
 
-@pytest.fixture(scope="session")
-def trained_vit(tmp_path_factory):
-    """(model, path of its .keras file, held-out images in [-1, 1], labels)."""
+def _train_tiny_vit(folder):
+    """Trains the tiny ViT into `folder`: tiny.keras and held_out.npz (96 held-out digits in [-1, 1], labels)."""
     keras.utils.set_random_seed(0)
     train = data.digits("train", image_size=16, batch_size=64, seed=0)
     model = keras_vit.VisionTransformer(
@@ -21,9 +23,21 @@ def trained_vit(tmp_path_factory):
     training.compile_model(model, total_steps=15 * int(train.cardinality()), learning_rate=3e-3)
     model.fit(train, epochs=15, verbose=0, shuffle=False)  # the pipeline shuffles
     (images, labels) = next(iter(data.digits("validation", image_size=16, batch_size=96)))
-    path = tmp_path_factory.mktemp("model") / "tiny.keras"
-    model.save(path)
-    return model, str(path), images.numpy(), labels.numpy()
+    model.save(folder / "tiny.keras")
+    np.savez(folder / "held_out.npz", images=images.numpy(), labels=labels.numpy())
+
+
+@pytest.fixture(scope="session")
+def trained_vit(tmp_path_factory):
+    """(model, path of its .keras file, held-out images in [-1, 1], labels).
+
+    Trained once per `make test` run and shared by its test processes (tests/shared_cache.py); each process
+    loads the same .keras file.
+    """
+    folder = shared_cache.folder("export_tiny_vit", _train_tiny_vit, tmp_path_factory)
+    path = os.path.join(folder, "tiny.keras")
+    held_out = np.load(os.path.join(folder, "held_out.npz"))
+    return keras.saving.load_model(path), path, held_out["images"], held_out["labels"]
 
 
 @pytest.fixture
