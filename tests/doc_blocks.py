@@ -9,7 +9,7 @@ block says so; a rendered page does not show it:
     setup: one line of Python, run before the block in the same namespace (tests.doc_setup helps)
     replace: text in the block => what the test runs instead (tiny sizes; the text must be in the block)
     check: an expression that must be true after the block
-    after: make demo      (run by tests/test_demo.py, where runs/demo is that run's output)
+    after: make demo      (run by tests/test_demo_browser.py, where runs/demo is that run's output)
     -->
 
 Tracebacks name the page and its line: each block is compiled at its line in the page.

@@ -11,6 +11,8 @@ process, and most of a test's time is single-threaded (tracing, converting, impo
 * `LANES` shards run at a time, longest first, each a plain `python -m pytest` in a new process, which
   frees its memory when it ends. Every test runs exactly as under one `python -m pytest`: the same
   conftest, markers, fixtures and assertions; only the process boundaries move.
+* The models that tests of several shards need are made once per run (`tests/shared_cache.py`, in a new
+  temporary folder, removed at the end).
 * Each shard's output goes to `runs/test-budget/logs/<shard>.log`; a line per finished shard says its
   counts, and a failing shard's summary is printed. At the end: the counts of every pass, the wall time,
   the peak memory of the whole process tree (`tests.suite_budget`), and the budget check (no module over
@@ -27,13 +29,15 @@ import configparser
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from tests import suite_budget
+from tests import shared_cache, suite_budget
 
 ROOT = suite_budget.ROOT
 SECONDS_FILE = os.path.join(ROOT, "tests", "module_seconds.json")
@@ -47,6 +51,9 @@ BACKEND_TESTS = ("tests/layers", "tests/models", "tests/weights", "tests/test_in
                  "tests/test_training.py", "tests/test_channels_first.py", "tests/test_preprocessing.py",
                  "tests/test_losses.py")
 PASSES = ("tensorflow", "jax", "torch")
+# Modules that share a model made once per run (tests/shared_cache.py) and read it one after another: packed into one
+# shard, so that no lane waits on another's lock. The demo's training is made by the first, read by the others.
+TOGETHER = (("tests/test_demo.py", "tests/test_demo_export.py", "tests/test_demo_browser.py"),)
 SUMMARY = re.compile(r"^=+ (.*(?:passed|failed|error|skipped|no tests ran).*) in [\d.]+s.*=+$", re.M)
 
 
@@ -96,21 +103,25 @@ def _unit_seconds(unit, seconds):
 
 
 def shards(pass_name, seconds, target=SHARD_SECONDS):
-    """Packs a pass's units into shards of about `target` seconds (longest unit first, into the lightest shard).
+    """Packs a pass's units into shards of about `target` seconds (longest first, each into the lightest shard).
 
-    Returns a list of (estimated seconds, [units]); a unit longer than `target` is a shard by itself.
+    A `TOGETHER` group goes into one shard as one item. Returns a list of (estimated seconds, [units]), each
+    shard's units in collection order; an item longer than `target` is a shard by itself.
     """
-    timed = sorted(((_unit_seconds(u, seconds), u) for u in units(pass_name)), key=lambda t: -t[0])
+    order = units(pass_name)
+    items = [[u for u in group if u in order] for group in TOGETHER]
+    items = [group for group in items if group]
+    grouped = {u for group in items for u in group}
+    items += [[u] for u in order if u not in grouped]
+    timed = sorted(((sum(_unit_seconds(u, seconds) for u in item), item) for item in items), key=lambda t: -t[0])
     total = sum(s for s, _ in timed)
     count = max(1, round(total / target))
     packed = [[0.0, []] for _ in range(count)]
-    for unit_seconds, unit in timed:
+    for item_seconds, item in timed:
         lightest = min(packed, key=lambda shard: shard[0])
-        lightest[0] += unit_seconds
-        lightest[1].append(unit)
-    # collection order inside a shard, as one pytest run would have it
-    order = {u: i for i, u in enumerate(units(pass_name))}
-    return [(s, sorted(us, key=order.get)) for s, us in packed if us]
+        lightest[0] += item_seconds
+        lightest[1] += item
+    return [(s, sorted(us, key=order.index)) for s, us in packed if us]
 
 
 class Shard:
@@ -169,8 +180,13 @@ def run(passes, pytest_args, lanes=LANES):
           f"{os.path.relpath(LOG_DIR, ROOT)}/", flush=True)
     lock = threading.Lock()
     start = time.time()
-    with suite_budget.PeakSampler(os.getpid()) as peak, ThreadPoolExecutor(lanes) as pool:
-        done = list(pool.map(lambda shard: shard.run(pytest_args, lock), planned))
+    cache = tempfile.mkdtemp(prefix="keras_vit_test_cache_")  # this run's shared models (tests/shared_cache.py)
+    os.environ[shared_cache.CACHE_VARIABLE] = cache
+    try:
+        with suite_budget.PeakSampler(os.getpid()) as peak, ThreadPoolExecutor(lanes) as pool:
+            done = list(pool.map(lambda shard: shard.run(pytest_args, lock), planned))
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     wall = time.time() - start
     failed = [shard.name for shard in done if shard.status != 0]
     for pass_name in passes:

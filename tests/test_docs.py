@@ -1,6 +1,6 @@
 """README.md and the guides in docs/ (issue 28): every relative link points at a file of the repository,
 every guide is linked from the README, and every Python block runs (tests/doc_blocks.py; the blocks that
-need `make demo`'s files run in tests/test_demo.py)."""
+need `make demo`'s files run in tests/test_demo_browser.py)."""
 
 import ast
 import pathlib

@@ -30,15 +30,19 @@ def test_the_backend_passes_take_the_model_side_only():
 
 
 def test_shards_hold_each_unit_once_longest_spread_and_unknown_modules_counted():
-    seconds = {"tests/export/test_tflite.py": 400.0, "tests/test_demo.py": 300.0, "tests/test_data.py": 100.0,
+    seconds = {"tests/export/test_tflite.py": 400.0, "tests/test_demo.py": 200.0, "tests/test_demo_export.py": 100.0,
+               "tests/test_demo_browser.py": 50.0, "tests/test_data.py": 100.0,
                "keras_vit/layers/patches.py": 2.0, "keras_vit/models/vit.py": 3.0}
     packed = run_suite.shards("tensorflow", seconds, target=240.0)
     units = [u for _, us in packed for u in us]
     assert sorted(units) == sorted(run_suite.units("tensorflow"))
-    by_unit = {u: s for s, us in packed for u in us}
+    by_unit = {u: i for i, (_, us) in enumerate(packed) for u in us}
     assert by_unit["tests/export/test_tflite.py"] != by_unit["tests/test_demo.py"]  # the two longest apart
-    unknown = len(run_suite.units("tensorflow")) - 4  # all but the three timed modules and keras_vit
-    total = 400.0 + 300.0 + 100.0 + 5.0 + unknown * run_suite.UNKNOWN_SECONDS
+    (group,) = run_suite.TOGETHER  # the demo's modules share one process (its training, made once)
+    assert by_unit["tests/test_demo.py"] == by_unit["tests/test_demo_export.py"] == by_unit["tests/test_demo_browser.py"]
+    assert set(group) <= set(units)
+    unknown = len(run_suite.units("tensorflow")) - 6  # all but the five timed modules and keras_vit
+    total = 400.0 + 350.0 + 100.0 + 5.0 + unknown * run_suite.UNKNOWN_SECONDS
     assert sum(s for s, _ in packed) == pytest.approx(total)
     assert len(packed) == round(total / 240.0)
     for _, shard_units in packed:  # collection order inside a shard

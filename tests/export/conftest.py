@@ -1,7 +1,5 @@
 """A tiny ViT trained for a few seconds on digits, shared by the export tests."""
 
-import os
-
 import keras
 import numpy as np
 import pytest
@@ -35,8 +33,8 @@ def trained_vit(tmp_path_factory):
     loads the same .keras file.
     """
     folder = shared_cache.folder("export_tiny_vit", _train_tiny_vit, tmp_path_factory)
-    path = os.path.join(folder, "tiny.keras")
-    held_out = np.load(os.path.join(folder, "held_out.npz"))
+    path = str(folder / "tiny.keras")
+    held_out = np.load(folder / "held_out.npz")
     return keras.saving.load_model(path), path, held_out["images"], held_out["labels"]
 
 

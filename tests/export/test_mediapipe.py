@@ -23,7 +23,7 @@ LABELS = [str(d) for d in range(10)]
 KINDS = [
     ("float32", "float32", False), ("float16", "float32", False), ("dynamic_int8", "float32", False),
     ("int8", "float32", False), ("int8", "uint8", False), ("float32", "float32", True), ("int8", "uint8", True),
-    # issue 11's modes through LiteRT Quantizer; weight_only_int4 and dynamic_int4 only on the demo model (tests/test_demo.py):
+    # issue 11's modes through LiteRT Quantizer; weight_only_int4 and dynamic_int4 only on the demo model (tests/test_demo_export.py):
     # per-channel int4 weights flip 10% of this hidden-32 model's decisions (90.6% agreement)
     ("int16x8", "float32", False), ("weight_only_int8", "float32", False),
 ]

@@ -56,7 +56,7 @@ def test_sizes_shrink_with_quantization(trained_vit, tmp_path):
         path = str(tmp_path / f"{q}.tflite")
         export_tflite(model, path, quantization=q, representative_data=images, progress=False)
         sizes[q] = os.path.getsize(path)
-    # Tiny models carry a fixed ~25 KB of graph structure; the demo's 0.3x bar is checked in test_demo.
+    # Tiny models carry a fixed ~25 KB of graph structure; the demo's 0.3x bar is checked in test_demo_export.
     assert sizes["float16"] < sizes["float32"] and sizes["dynamic_int8"] < sizes["float16"]
     assert sizes["int8"] < sizes["float16"]
 

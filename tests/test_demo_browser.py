@@ -1,0 +1,56 @@
+"""`make demo` as the README states it (3 of 3): the demo model's files in the browser, and the guides' blocks
+that need `make demo`'s files, run on this run's demo (tests/demo_run.py)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests import demo_run, doc_blocks
+
+pytestmark = [pytest.mark.slow, pytest.mark.export]
+
+
+def test_demo_files_in_the_browser(tmp_path_factory, tmp_path):
+    """Issue 31 on the demo model: its float32 and int8 .tflite files in MediaPipe Tasks for Web and its .onnx in
+    onnxruntime-web, in headless Chromium, give Keras' top-1 on the 360 held-out digits within the files' bars; the
+    page `--web` writes (as `make demo` does) holds the float32 file."""
+    model = demo_run.trained(tmp_path_factory) / "model.keras"
+    out = tmp_path
+    demo_run.run(["-m", "export", str(model), "--formats", "tflite,onnx", "--quantization", "float32,int8",
+                  "--onnx-quantization", "float32", "--calibration-data", "digits", "--no-latency", "--web-check",
+                  "--web", str(out / "web"), "--output-dir", str(out / "web_export")], timeout=1500)
+    rows = {r["name"]: r for r in json.loads((out / "web_export" / "report.json").read_text())["artifacts"]}
+    assert set(rows) == {"model_float32.tflite", "model_int8.tflite", "model.onnx"}
+    for name, row in rows.items():
+        assert row["passed"] and row["web_failures"] == [] and "web_unsupported" not in row, row
+        assert abs(row["web_accuracy"] - row["web_keras_accuracy"]) <= 0.01, row
+    for name in ("model_float32.tflite", "model.onnx"):
+        assert rows[name]["web_relative_max_abs_diff"] <= 2e-5 and rows[name]["web_top1_agreement"] == 1.0, rows[name]
+    assert rows["model_int8.tflite"]["web_decisive_top1_agreement"] >= 0.97
+    assert (out / "web" / "model_float32.tflite").read_bytes() == (out / "web_export" / "model_float32.tflite").read_bytes()
+
+
+def test_demo_guide_blocks_run_on_the_demo_files(tmp_path_factory, tmp_path):
+    """Runs the guides' blocks that need `make demo`'s files (`after: make demo`, tests/doc_blocks.py), a process
+    a page, in a folder where runs/demo is this run's demo (its training and export) and digit.png a digit."""
+    out = demo_run.trained(tmp_path_factory)
+    export, _ = demo_run.exported(tmp_path_factory)
+    work = tmp_path / "guide"
+    demo = work / "runs" / "demo"
+    demo.mkdir(parents=True)
+    for entry in os.listdir(out):
+        os.symlink(out / entry, demo / entry)
+    os.symlink(export, demo / "export")
+    digit = np.zeros((16, 16, 3), "uint8")
+    digit[3:13, 7:9] = 255  # a "1"
+    Image.fromarray(digit).save(work / "digit.png")
+    pages = {page.name: [b for b in doc_blocks.blocks(page) if b.after_demo] for page in doc_blocks.PAGES}
+    pages = {name: page_blocks for name, page_blocks in pages.items() if page_blocks}
+    assert {name: len(page_blocks) for name, page_blocks in pages.items()} == {"app_contract.md": 2, "export.md": 1}
+    for page_blocks in pages.values():  # app_contract.md's checks: the labels read back, the input's shape
+        result = doc_blocks.run(page_blocks, work, timeout=600)
+        # each ends with MediaPipe's block: its classifier is closed, so nothing prints "Exception ignored" at exit
+        assert "Exception ignored" not in result.stderr and "Category(" in result.stdout, result.stderr[-2000:]
