@@ -1,6 +1,5 @@
 """The benchmark harness runs and reports every figure (no time is asserted: speed lives in benchmarks/)."""
 
-
 import numpy as np
 import pytest
 
