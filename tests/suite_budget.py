@@ -31,7 +31,7 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUTPUT_DIR = os.path.join(ROOT, "runs", "test-budget")
+OUTPUT_DIR = os.environ.get("KERAS_BUDGET_DIR") or os.path.join(ROOT, "runs", "test-budget")
 MODULE_LIMIT_SECONDS = 300.0  # issue 42: no test module over 5 minutes on the developers' 2-core machine
 MEMORY_LIMIT_BYTES = 12 * 1000**3  # issue 42: the suite's peak at most 12 GB
 SAMPLE_SECONDS = 0.5
@@ -124,9 +124,8 @@ class BudgetRecorder:
             "modules": dict(sorted(self.modules.items(), key=lambda item: -item[1]["seconds"])),
             "slowest_tests": [{"test": test, "seconds": seconds} for (test, seconds) in slowest],
         }
-        directory = os.environ.get("KERAS_BUDGET_DIR") or OUTPUT_DIR
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, f"{name}.json")
+        os.makedirs(OUTPUT_DIR, exist_ok=True)
+        path = os.path.join(OUTPUT_DIR, f"{name}.json")
         with open(path + ".tmp", "w") as f:
             json.dump(result, f, indent=1)
         os.replace(path + ".tmp", path)

@@ -4,6 +4,7 @@ budget's guards fire, and the memory sampler sees a child process's memory."""
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -133,3 +134,26 @@ def test_bad_arguments_exit_2_naming_the_flag(capsys):
     with pytest.raises(SystemExit):
         run_suite.main(["--lanes", "0"])
     assert "--lanes takes a whole number of at least 1; received: 0" in capsys.readouterr().err
+
+
+def _run_suite(tmp_path, *args):
+    env = dict(os.environ, KERAS_BUDGET_DIR=str(tmp_path / "budget"), PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-m", "tests.run_suite", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_a_run_reports_counts_wall_time_peak_and_the_budget(tmp_path):
+    run = _run_suite(tmp_path, "--passes", "torch", "--", "-k", "test_every_variant_has_a_pinned_count")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "[run_suite] 1 shards (torch), 2 at a time" in run.stdout
+    assert re.search(r"\[run_suite\] torch-01-of-01: 1 passed, \d+ deselected in \d+ s: ok", run.stdout), run.stdout
+    assert re.search(r"\[run_suite\] torch: \d+ deselected, 1 passed\n", run.stdout), run.stdout
+    assert re.search(r"\[run_suite\] wall time \d+\.\d min, peak memory \d+\.\d GB", run.stdout), run.stdout
+    figures = json.loads((tmp_path / "budget" / "torch-01-of-01.json").read_text())
+    assert figures["modules"]["tests/models/test_variants.py"]["tests"] == 1
+    assert (tmp_path / "budget" / "logs" / "torch-01-of-01.log").exists()
+    suite = json.loads((tmp_path / "budget" / "suite.run.json").read_text())
+    assert suite["exit_status"] == 0 and suite["peak_bytes"] > 100 * 1000**2  # a Keras process at least
+    # a filter that leaves a shard nothing is not a failure
+    run = _run_suite(tmp_path, "--passes", "torch", "--", "-k", "no_test_is_named_like_this")
+    assert run.returncode == 0 and re.search(r"torch-01-of-01: \d+ deselected in \d+ s: ok", run.stdout), run.stdout[-3000:]
