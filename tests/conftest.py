@@ -40,15 +40,6 @@ THAW_AFTER_GROWTH = 1 << 30
 _since_thaw = {"modules": 0, "rss": 0}
 
 
-def _rss_bytes():
-    """This process's resident memory now (Linux /proc; 0 elsewhere, which leaves the module count to decide)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _collect_then_freeze_after_each_module():
     """After each test module: collect the garbage, then freeze what survives (`gc.freeze`).
@@ -65,10 +56,11 @@ def _collect_then_freeze_after_each_module():
     """
     yield
     _since_thaw["modules"] += 1
-    if _since_thaw["modules"] >= THAW_EVERY_MODULES or _rss_bytes() - _since_thaw["rss"] > THAW_AFTER_GROWTH:
+    grown = suite_budget.rss_bytes() - _since_thaw["rss"]
+    if _since_thaw["modules"] >= THAW_EVERY_MODULES or grown > THAW_AFTER_GROWTH:
         gc.unfreeze()
         gc.collect()
-        _since_thaw.update(modules=0, rss=_rss_bytes())
+        _since_thaw.update(modules=0, rss=suite_budget.rss_bytes())
     else:
         gc.collect()
     gc.freeze()

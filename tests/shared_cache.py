@@ -2,9 +2,10 @@
 
 `make test` runs the suite in several pytest processes (`tests/run_suite.py`). A model that tests of
 several modules need (the export tests' trained ViT, the demo's model) is made once per run: the first
-process to ask makes it under a lock and marks it complete; the others wait for the lock, then read it. The folder is `KERAS_VIT_TEST_CACHE` (`tests/run_suite.py` sets a new one for
-each run, so no run reads another run's files); a plain `python -m pytest` without it gets a folder of its
-own pytest session (`tmp_path_factory`), as before.
+process to ask makes it under a lock and marks it complete; the others wait for the lock, then read it.
+The folder is `KERAS_VIT_TEST_CACHE` (`tests/run_suite.py` sets a new one for each run, so no run reads
+another run's files); a plain `python -m pytest` without it gets a folder of its own pytest session
+(`tmp_path_factory`), as before.
 """
 
 import os

@@ -4,20 +4,19 @@ Two parts:
 
 * A pytest plugin (`tests/conftest.py` loads it): for every test module it sums the durations of its
   tests' setup, call and teardown, and records the resident memory of the pytest process after each
-  test, and the peak of the processes that its tests started and waited for. At the end of the session it writes one JSON file,
-  `runs/test-budget/<name>.json` (name: `KERAS_BUDGET_NAME`, else the Keras backend; folder:
-  `KERAS_BUDGET_DIR`, else `runs/test-budget`), with each module's
-  seconds, test count and memory, and the 30 slowest tests. (A plain `python -m pytest` writes it too.)
+  test, and the peak of the processes that its tests started and waited for. At the end of the session
+  it writes `runs/test-budget/<name>.json` (name: `KERAS_BUDGET_NAME`, else the Keras backend; folder:
+  `KERAS_BUDGET_DIR`, else `runs/test-budget`): each module's seconds, test count and memory, and the 30
+  slowest tests. (A plain `python -m pytest` writes it too.)
 
 * The guard that `make test` (`tests/run_suite.py`) ends with: `PeakSampler` samples the resident memory
-  of the run's whole process tree (the sum of every process's RSS from `/proc`: the pytest processes and
+  of the run's whole process tree (the sum of every process's RSS: the pytest processes and
   the subprocesses their tests start) every `SAMPLE_SECONDS`, and `check` prints the slowest modules and
   names each breach of issue 42's budget: a test module over `MODULE_LIMIT_SECONDS`, or a peak over
   `MEMORY_LIMIT_BYTES`.
 
 The memory figure is the sum of resident set sizes (RSS), in bytes; pages shared between processes (the
-shared libraries' code) are counted once per process, so the figure errs high, never low. Linux only
-(`/proc`); elsewhere the memory columns read 0 and only the times are checked.
+shared libraries' code) are counted once per process, so the figure errs high, never low.
 """
 
 import ast
@@ -28,6 +27,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,39 +39,21 @@ SLOWEST = 30
 GB = 1000**3
 
 
-def rss_bytes(pid="self"):
-    """Resident memory of one process, in bytes (`/proc/<pid>/statm`); 0 when it cannot be read."""
+def rss_bytes(pid=None):
+    """Resident memory of one process (this one by default), in bytes (psutil); 0 when it has ended."""
     try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
+        return psutil.Process(pid).memory_info().rss
+    except psutil.Error:
         return 0
 
 
 def tree_rss_bytes(root_pid):
-    """The summed RSS of `root_pid` and all its descendants, in bytes (a walk of `/proc/*/stat` parents)."""
-    children = {}
+    """The summed RSS of `root_pid` and all its descendants, in bytes (psutil); those that ended count 0."""
     try:
-        names = os.listdir("/proc")
-    except OSError:
+        processes = [psutil.Process(root_pid), *psutil.Process(root_pid).children(recursive=True)]
+    except psutil.Error:
         return 0
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # The command name (field 2) may hold spaces and parentheses: the parent pid follows the last ')'.
-        fields = stat[stat.rfind(")") + 2:].split()
-        children.setdefault(int(fields[1]), []).append(int(name))
-    total, stack = 0, [root_pid]
-    while stack:
-        pid = stack.pop()
-        total += rss_bytes(pid)
-        stack.extend(children.get(pid, ()))
-    return total
+    return sum(rss_bytes(process.pid) for process in processes)
 
 
 def _children_peak_bytes():
