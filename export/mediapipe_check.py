@@ -145,3 +145,87 @@ def figures(path, images, reference, labels=None, score_kind="probabilities"):
     if score_kind == "probabilities" and reference.shape[-1] > 1:
         row["mediapipe_max_score_sum_error"] = float(np.abs(scores.astype("float64").sum(-1) - 1.0).max())
     return row
+
+
+# Mean absolute difference, in levels of 255, above which MediaPipe's decoding of a file is another picture than
+# keras_vit.data's. Two JPEG decoders (MediaPipe's, libjpeg-turbo's accurate integer IDCT) differ by about 1 level on
+# average on photos; a picture turned by 90 or 180 degrees, or mirrored, differs by tens of levels.
+SAME_PICTURE_LEVELS = 8.0
+
+
+def files_seen_differently(files):
+    """The files that MediaPipe Tasks (`mp.Image.create_from_file`, what an app hands the classifier) decodes to
+    another picture than `keras_vit.data` (`read_image`: what training, calibration and verification see).
+
+    The usual cause is an EXIF Orientation tag (issue 43): keras_vit.data applies it to JPEG, PNG and WebP files;
+    MediaPipe 1.2.3 in Python applies it to JPEG files only, and opens no WebP file.
+
+    Args:
+        files: list of str, image files (the verification images of an image folder).
+
+    Returns:
+        `(different, unopened)`: lists of `(file, why)`: files MediaPipe decodes to another size or other pixels
+        (mean absolute difference over `SAME_PICTURE_LEVELS` levels), and files MediaPipe cannot open.
+    """
+    import mediapipe as mp
+
+    from keras_vit.data import read_image
+
+    different, unopened = [], []
+    for path in files:
+        try:
+            app = np.asarray(mp.Image.create_from_file(str(path)).numpy_view(), "float32")
+        except Exception as e:  # e.g. a WebP file: "Failed to load image from file"
+            unopened.append((path, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"))
+            continue
+        ours = read_image(path)
+        if app.ndim == 2:
+            app = app[..., None]
+        stored = read_image(path, exif_orientation=False)
+        if app.shape[:2] != ours.shape[:2]:
+            turned = " (the stored pixels, without the file's EXIF orientation)" if app.shape[:2] == stored.shape[:2] \
+                else ""
+            different.append((path, f"MediaPipe reads {app.shape[1]}x{app.shape[0]} pixels{turned}, keras_vit.data "
+                                    f"{ours.shape[1]}x{ours.shape[0]}"))
+            continue
+        levels = _mean_levels(app, ours)
+        if levels > SAME_PICTURE_LEVELS:
+            turned = " (MediaPipe shows the stored pixels: the file's EXIF orientation is not applied)" \
+                if stored.shape == ours.shape and _mean_levels(app, stored) <= SAME_PICTURE_LEVELS else ""
+            different.append((path, f"the pixels differ by {levels:.1f} levels of 255 on average{turned}"))
+    return different, unopened
+
+
+def _mean_levels(a, b):
+    """Mean absolute difference of two `(h, w, c)` images of one size: colour channels, or grey where one is grey."""
+    colours = min(a.shape[-1], b.shape[-1], 3)
+    if colours == 1:
+        a, b = a[..., :3].mean(-1), b[..., :3].mean(-1)
+    else:
+        a, b = a[..., :colours], b[..., :colours]
+    return float(np.abs(a - b).mean())
+
+
+def classify_files(path, files, classes):
+    """MediaPipe's scores for image files opened as an app does (`mp.Image.create_from_file`; MediaPipe resizes).
+
+    Returns float32 `(len(files), classes)` (0.0 for categories not returned), and the indices of the files MediaPipe
+    could not open (their rows stay 0).
+    """
+    import mediapipe as mp
+    from mediapipe.tasks.python import vision
+    from mediapipe.tasks.python.core.base_options import BaseOptions
+
+    classifier = vision.ImageClassifier.create_from_options(
+        vision.ImageClassifierOptions(base_options=BaseOptions(model_asset_path=str(path)), max_results=-1))
+    scores, unopened = np.zeros((len(files), classes), "float32"), []
+    with classifier:
+        for i, file in enumerate(files):
+            try:
+                frame = np.asarray(mp.Image.create_from_file(str(file)).numpy_view())
+            except Exception:
+                unopened.append(i)
+                continue
+            for category in classifier.classify(_image(frame)).classifications[0].categories:
+                scores[i, category.index] = category.score
+    return scores, unopened

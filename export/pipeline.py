@@ -15,6 +15,7 @@ from export.onnx_quantization import ONNX_QUANTIZATIONS, onnx_file
 from export.signature import ServingGraph, is_dynamic, model_image_shape, parse_image_size, prepare
 from export.tflite import (CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, check_dynamic_size_quantization,
                            check_quantization)
+from export.app_files import check as check_app_files, held_out_files
 from export.images import VERIFY_SAMPLES, load_data  # noqa: F401 (VERIFY_SAMPLES: export_all's verification count)
 from export.contract import artifact_contract, check_keras_accuracy, label_names as _label_names
 from export.fast_path import fast_path
@@ -397,6 +398,11 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
         if web_check:
             print(f"verifying {len(artifacts)} artifacts in headless Chromium ...", flush=True)
             check_in_browser(graph, artifacts, results, eval_images, eval_labels, measure_latency)
+        files = held_out_files(calibration_data, len(eval_images)) if mediapipe and not tokens else None
+        app_files = None
+        if files and any(row["format"] == "tflite" for row in results):  # as an app opens them (export.app_files)
+            print(f"opening the {len(files)} verification files as MediaPipe does ...", flush=True)
+            app_files = check_app_files(graph, results, files, eval_images)
         for row in results:
             row["contract"] = artifact_contract(row["path"], row["format"], graph)
             if row["quantization"] == "float32_fused":  # what onnxruntime's optimizer fused (Attention, Gelu, ...)
@@ -436,6 +442,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             "num_verification_images": int(len(eval_images)),
             "labelled": eval_labels is not None,
             **({"web_runtimes": web_runtimes()} if web_check else {}),
+            **({"app_files": app_files} if app_files else {}),
             "artifacts": results + errors,
         }
         if not tokens:

@@ -84,3 +84,35 @@ def hugging_face_safetensors(path, hidden_size=384, num_layers=12, num_heads=6, 
                                     layer_norm_eps=1e-6)
     model = transformers.ViTForImageClassification(config)
     save_file({key: value.contiguous() for key, value in model.state_dict().items()}, str(path))
+
+
+def exif_photo(model_path, path="photo.jpg", orientation=6):
+    """A phone's portrait photo of a held-out digit for `model_path`'s model: its pixels stored sideways and an
+    EXIF Orientation tag (6: turn 90 degrees clockwise) that turns them upright, as a JPEG of the model's size.
+
+    The digit is the first of `keras_vit.data.digits`' held-out images whose stored (sideways) pixels the model
+    classifies otherwise than the upright picture, so a reader's code that ignores the tag gets another class.
+    Returns `(path, the class the model gives the upright picture through keras_vit.data)`.
+    """
+    import keras
+    from PIL import Image
+
+    from keras_vit import data
+
+    model = keras.saving.load_model(model_path)
+    side = model.input_shape[1]
+    images, _ = next(iter(data.digits("validation", image_size=side, batch_size=64)))
+    pixels = np.clip(np.rint((images.numpy() + 1) * 127.5), 0, 255).astype("uint8")
+    turns = {6: 1, 8: 3, 3: 2}[orientation]  # np.rot90 turns counter-clockwise: the tag turns it back
+    stored = np.rot90(pixels, turns, axes=(1, 2))
+    upright_class = model.predict(pixels.astype("float32") / 127.5 - 1, verbose=0).argmax(-1)
+    stored_class = model.predict(np.ascontiguousarray(stored).astype("float32") / 127.5 - 1, verbose=0).argmax(-1)
+    i = int(np.flatnonzero(upright_class != stored_class)[0])
+    tags = Image.Exif()
+    tags[0x0112] = orientation
+    folder = pathlib.Path(path).resolve().parent / "photo_folder" / "digit"
+    folder.mkdir(parents=True, exist_ok=True)
+    for target in (path, folder / pathlib.Path(path).name):
+        Image.fromarray(np.ascontiguousarray(stored[i])).save(target, quality=95, exif=tags.tobytes())
+    (read, _), = data.from_directory(str(folder.parent), image_size=side, batch_size=1)
+    return str(path), int(model.predict(read, verbose=0).argmax(-1)[0])

@@ -1,7 +1,8 @@
 """tf.data input pipelines for ViT: TFDS, image folders, NumPy arrays, digits.
 
 The loaders and their contract are in `loaders.py` (read its docstring first); `pipeline.py` is the tail
-every loader ends in, `image_files.py` checks and decodes files, `subsets.py` draws stratified subsets.
+every loader ends in, `image_files.py` checks and decodes files (`exif.py` reads and applies their EXIF
+orientation), `subsets.py` draws stratified subsets.
 """
 
 from keras_vit.data.loaders import (  # noqa: F401
@@ -16,3 +17,4 @@ from keras_vit.data.loaders import (  # noqa: F401
     from_directory,
     from_tfds,
 )
+from keras_vit.data.image_files import read_image  # noqa: F401

@@ -13,6 +13,8 @@ palette colour (as PIL reads them). Every decoded image is
 float32 `(height, width, c)` in [0, 255] with c as stored (1 to 4); channel
 conversion and resizing are `keras_vit.data`'s.
 
+`read_image` is the same decoding of one file, eagerly, as NumPy.
+
 `_check_decodable` decodes every file once, before training, with the
 pipeline's own decoder, so that a corrupt or unreadable file is named by its
 path up front instead of failing the first training step.
@@ -25,6 +27,7 @@ import os
 import re
 
 from keras_vit.common.backend import tensorflow
+from keras_vit.data import exif
 
 tf = tensorflow("Reading image files (keras_vit.data)")
 
@@ -171,15 +174,55 @@ def _op_reason(error):
 _ALL_BYTES = bytes(range(256))
 
 
-def _read_image(path, gif_flag):
+def read_image(path, *, exif_orientation=True):
+    """One image file as `from_directory` decodes it, before channels and resizing: what training sees of it.
+
+    Args:
+        path: str, a JPEG, PNG, BMP, GIF or WebP file.
+        exif_orientation: bool, default True: turned upright by its EXIF
+            Orientation tag (`keras_vit.data.exif`), as `from_directory` does.
+
+    Returns:
+        NumPy float32 `(height, width, c)` in [0, 255], c as stored (1 to 4;
+        a GIF's first frame, transparent pixels in their palette colour).
+
+    Raises:
+        ValueError: a BMP of a kind it cannot decode, or a file that cannot
+            be read or decoded, naming the file.
+    """
+    path = str(path)
+    gif_flag = _check_image_file(path)
+    if exif_orientation not in _READERS:  # one traced function a setting: a file in about a millisecond
+        _READERS[exif_orientation] = tf.function(
+            lambda p, flag: _read_image(p, flag, exif_orientation),
+            input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int32)])
+    try:
+        return _READERS[exif_orientation](tf.constant(path), tf.constant(gif_flag, tf.int32)).numpy()
+    except tf.errors.OpError as e:
+        raise ValueError(f"the image file {path!r} cannot be read: {_op_reason(e)}; remove or replace it") from None
+
+
+_READERS = {}
+
+
+def _read_image(path, gif_flag, exif_orientation=True):
     """Reads one image file: float32 `(height, width, c)` in [0, 255], c as stored (1 to 4).
 
     `gif_flag` >= 0 is the offset of a GIF's transparency flag, cleared
     before decoding: TensorFlow's GIF decoder makes transparent pixels black,
     without it they keep their palette colour, as in PIL. None (no file has
-    one) leaves out the test.
+    one) leaves out the test. `exif_orientation`: turn a JPEG, PNG or WebP
+    upright by its EXIF Orientation tag (`keras_vit.data.exif`), as photo
+    viewers, MediaPipe and browsers show it; False keeps the stored pixels.
     """
     contents = tf.io.read_file(path)
+    if exif_orientation:
+        return exif.apply(_read_contents(contents, gif_flag), exif.orientation(contents))
+    return _read_contents(contents, gif_flag)
+
+
+def _read_contents(contents, gif_flag):
+    """`_read_image` of a file's bytes, without the orientation."""
     if gif_flag is None:
         return _decode_image(contents)
 

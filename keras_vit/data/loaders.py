@@ -268,6 +268,7 @@ def from_directory(
     validation_split=None,
     subset=None,
     labels_fraction=None,
+    exif_orientation=True,
 ):
     """Builds the pipeline from a folder with one sub-folder per class.
 
@@ -289,6 +290,14 @@ def from_directory(
       top-down, uncompressed (32-bit also with the standard bit fields).
     - GIF: the first frame; transparent pixels take their palette colour.
     - WebP: lossy and lossless, RGB and RGBA (libwebp's pixels, as PIL's).
+
+    With `exif_orientation` (the default) a JPEG, PNG or WebP that carries
+    an EXIF Orientation tag (a phone's portrait photo: pixels stored
+    sideways, tag 6 or 8) is turned upright first, as photo viewers,
+    MediaPipe Tasks and browsers show it and as `PIL.ImageOps.exif_transpose`
+    does (`keras_vit.data.exif`): training, evaluation, calibration and
+    verification see what an app that applies the tag sees. Keras'
+    `image_dataset_from_directory` and `tf.io.decode_jpeg` ignore the tag.
 
     A class folder with no file of these formats is refused, naming it;
     files in image formats keras_vit does not read (TIFF, HEIC, AVIF, ...)
@@ -321,6 +330,10 @@ def from_directory(
         labels_fraction: None or a float in (0, 1]: keep a seeded,
             stratified share of the files listed (of `subset`, after the
             split), as in `from_arrays`.
+        exif_orientation: bool, default True: apply each file's EXIF
+            Orientation (all 8 values); False keeps the stored pixels, for
+            data sets that were already turned upright without removing
+            the tag.
         image_size, channels, batch_size, shuffle, augment, rand_augment,
             random_erasing, mixup_alpha, cutmix_alpha: as in `from_arrays`.
 
@@ -347,6 +360,8 @@ def from_directory(
     _pipeline.check_pipeline_args(image_size, channels, batch_size, augment, seed)
     augmentation.check_augmentation(rand_augment=rand_augment, random_erasing=random_erasing,  # before any file
                                     mixup_alpha=mixup_alpha, cutmix_alpha=cutmix_alpha)
+    if not isinstance(exif_orientation, bool):
+        raise ValueError(f"`exif_orientation` must be True or False. Received: exif_orientation={exif_orientation!r}")
     found = count_images(directory)
     if found == 0:
         raise ValueError(
@@ -366,7 +381,11 @@ def from_directory(
         paths, labels = [paths[i] for i in keep], [labels[i] for i in keep]
     gif_flags = [_check_image_file(path) for path in paths]
     files = tf.data.Dataset.from_tensor_slices(((paths, np.array(gif_flags, "int32")), np.array(labels, "int32")))
-    decode = _read_image if max(gif_flags, default=-1) >= 0 else lambda path, gif_flag: _read_image(path, None)
+    any_gif = max(gif_flags, default=-1) >= 0
+
+    def decode(path, gif_flag):
+        return _read_image(path, gif_flag if any_gif else None, exif_orientation)
+
     _check_decodable(paths, gif_flags, decode)
     mixing = _pipeline.augmentations(rand_augment, random_erasing, mixup_alpha, cutmix_alpha, class_names)
     ds = _pipeline.finish(files, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(paths), decode,
