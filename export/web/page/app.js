@@ -62,7 +62,12 @@ function pick(file) {
       return;
     }
     image.hidden = false;
-    classify(image, file.name);
+    // MediaPipe is given the file's decoded picture at its natural size, turned upright by its EXIF Orientation
+    // as keras_vit.data and the preview do (docs/app_contract.md), never the CSS-scaled preview itself.
+    createImageBitmap(file, {imageOrientation: "from-image"}).then((bitmap) => {
+      classify(bitmap, file.name);
+      bitmap.close();
+    }, (error) => say(`${file.name} could not be decoded: ${firstLine(error)}`, true));
   };
   image.onerror = () => { image.hidden = true; say(`${file.name} could not be read as an image.`, true); };
   image.src = URL.createObjectURL(file);
