@@ -1,4 +1,5 @@
 import os
+import re
 
 import numpy as np
 import pytest
@@ -198,20 +199,44 @@ def test_from_tfds_data_not_prepared(tmp_path):
         data.from_tfds("no_such_dataset_xyz", split="train", image_size=16)
 
 
-def test_from_directory_keeps_keras_listing_split_and_labels(tmp_path):
+def test_from_directory_keeps_keras_listing_and_labels_and_splits_each_class(tmp_path):
+    """Keras' listing (its files, nested ones too, and labels); the split holds out round(0.3 n) of each class's
+    n files (issue 43: stratified), the two subsets disjoint and together Keras' whole listing."""
     import keras
 
     _write_image_folder(tmp_path)
     (tmp_path / "flower" / "nested").mkdir()  # Keras also lists files in a class folder's sub-folders
     Image.fromarray(np.full((8, 8, 3), 7, "uint8")).save(tmp_path / "flower" / "nested" / "x.png")
+    theirs = keras.utils.image_dataset_from_directory(tmp_path, image_size=(16, 16), shuffle=False, verbose=False)
+    subsets = {}
     for subset in ("training", "validation"):
         ours = data.from_directory(tmp_path, image_size=16, validation_split=0.3, subset=subset, seed=4)
-        theirs = keras.utils.image_dataset_from_directory(
-            tmp_path, image_size=(16, 16), validation_split=0.3, subset=subset, seed=4, verbose=False
-        )
-        assert ours.file_paths == theirs.file_paths and ours.num_examples == len(theirs.file_paths)
+        assert ours.num_examples == len(ours.file_paths)
         labels = np.concatenate([y.numpy() for _, y in ours]).tolist()
         assert labels == [0 if f"{os.sep}china{os.sep}" in path else 1 for path in ours.file_paths]
+        subsets[subset] = ours.file_paths
+    assert sorted(subsets["training"] + subsets["validation"]) == sorted(theirs.file_paths)
+    held = [sum(f"{os.sep}{name}{os.sep}" in p for p in subsets["validation"]) for name in ("china", "flower")]
+    assert held == [round(0.3 * 5), round(0.3 * 6)] == [2, 2]
+    again = data.from_directory(tmp_path, image_size=16, validation_split=0.3, subset="validation", seed=4)
+    other = data.from_directory(tmp_path, image_size=16, validation_split=0.3, subset="validation", seed=5)
+    assert again.file_paths == subsets["validation"] and other.file_paths != subsets["validation"]
+
+
+def test_a_class_with_one_image_keeps_it_for_training_at_every_seed(tmp_path):
+    """Issue 43, item 6: Keras' single cut of the shuffled list holds out the one image of a class (here at seeds 9,
+    13 and 17 of 0-19),
+    training a 4-class head on 3 classes; the stratified split keeps it in training, and a split that would hold
+    out a whole class is refused, naming the class."""
+    for name, count in (("a", 6), ("b", 6), ("c", 6), ("d", 1)):
+        (tmp_path / name).mkdir()
+        for i in range(count):
+            Image.fromarray(np.full((8, 8, 3), 10 * i, "uint8")).save(tmp_path / name / f"{i}.png")
+    for seed in range(20):
+        train = data.from_directory(tmp_path, image_size=8, validation_split=0.2, subset="training", seed=seed)
+        assert sorted(set(np.concatenate([y.numpy() for _, y in train]).tolist())) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match=r"holds out every file of class folder 'd' \(1 file\).*lower validation_split"):
+        data.from_directory(tmp_path, image_size=8, validation_split=0.6, subset="training", seed=0)
 
 
 def test_from_directory_prints_nothing_when_it_splits(tmp_path, capsys):
@@ -272,3 +297,29 @@ def test_channels_first_is_refused_up_front(tmp_path, build):
     finally:
         keras.config.set_image_data_format(before)
     assert keras.config.image_data_format() == "channels_last"
+
+
+@pytest.mark.parametrize("input_range", [(0, 1), (-1, 1)])
+def test_from_arrays_takes_scaled_images_with_their_range(input_range):
+    """Issue 43, item 6: arrays in [0, 1] or [-1, 1] were divided again into nearly constant images."""
+    pixels = np.random.default_rng(0).integers(0, 256, (4, 8, 8, 3)).astype("float32")
+    lo, hi = input_range
+    scaled = pixels / 255.0 * (hi - lo) + lo
+    (expected, _), = data.from_arrays(pixels, [0, 1, 0, 1], image_size=8, batch_size=4)
+    (got, _), = data.from_arrays(scaled, [0, 1, 0, 1], image_size=8, batch_size=4, input_range=input_range)
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), atol=1e-5)
+    assert float(np.ptp(got.numpy())) > 1.9  # the whole [-1, 1], not a near-constant image
+    with pytest.raises(ValueError, match=rf"pass input_range={re.escape(str(input_range))}"):
+        data.from_arrays(scaled, [0, 1, 0, 1], image_size=8)
+
+
+def test_from_arrays_refuses_values_outside_the_range_and_other_ranges():
+    images = np.full((2, 8, 8, 3), 0.5, "float32")
+    with pytest.raises(ValueError, match=r"must hold pixels in input_range=\(0, 255\). Received: values from -3 to 0.5"):
+        data.from_arrays(np.concatenate([images - 3.5, images]), [0, 1, 0, 1], image_size=8)
+    with pytest.raises(ValueError, match=r"input_range=\(0, 1\). Received: values from 0.5 to 200"):
+        data.from_arrays(np.concatenate([images, images * 400]), [0, 1, 0, 1], image_size=8, input_range=(0, 1))
+    with pytest.raises(ValueError, match=r"`input_range` must be one of \(0, 255\), \(0, 1\), \(-1, 1\)"):
+        data.from_arrays(images, [0, 1], image_size=8, input_range=(0, 2))
+    black = np.zeros((2, 8, 8, 3), "uint8")  # whole values in [0, 1] are pixels: a black image is not refused
+    assert data.from_arrays(black, [0, 1], image_size=8).num_examples == 2

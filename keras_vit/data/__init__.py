@@ -17,4 +17,4 @@ from keras_vit.data.loaders import (  # noqa: F401
     from_directory,
     from_tfds,
 )
-from keras_vit.data.image_files import read_image  # noqa: F401
+from keras_vit.data.image_files import MAX_PIXELS, read_image  # noqa: F401

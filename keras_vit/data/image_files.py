@@ -1,10 +1,14 @@
 """Checking and decoding the image files that `keras_vit.data.from_directory` reads.
 
-`_check_image_file` reads the first bytes of a .bmp or .gif file in Python
-before the pipeline is built: it refuses a BMP that `_decode_image` cannot
-decode (e.g. RLE or other compression, 16 bits per pixel, an OS/2 header,
-non-standard bit fields) with a `ValueError` naming the file, and finds the
-transparency flag of a GIF's first frame. `_read_image` then reads and
+`_check_image_file` reads the first bytes of a .bmp, .gif or .webp file in
+Python before the pipeline is built: it refuses a BMP that `_decode_image`
+cannot decode (e.g. RLE or other compression, 16 bits per pixel, an OS/2
+header, non-standard bit fields) and an animated WebP (TensorFlow's decoder
+aborts the process on one) with a `ValueError` naming the file, and finds
+the transparency flag of a GIF's first frame. Inside the pipeline, every
+file's width and height are read from its header before it is decoded, and
+one of more than `max_pixels` pixels (PIL's default limit) fails, so that a
+decompression bomb is refused before memory grows. `_read_image` then reads and
 decodes one file inside the tf.data pipeline: JPEG with the accurate integer
 IDCT, PNG up to 16 bits (v / 257 for 16-bit), BMP including 1-, 4- and
 8-bit palette images (decoded here: TensorFlow reads 8-bit indices as grey
@@ -39,17 +43,26 @@ _BMP_COMPRESSIONS = {
 
 
 def _check_image_file(path):
-    """Reads the start of a .bmp or .gif file; refuses a BMP `_decode_image` cannot decode.
+    """Reads the start of a .bmp, .gif or .webp file; refuses a BMP `_decode_image` cannot decode, and an
+    animated WebP.
 
     Returns the byte offset of the transparency flag (bit 0) in the graphic
     control extension of a GIF's first frame, or -1 (no such flag, or not a
     GIF). Raises ValueError naming the file for a BMP that `_decode_image`
-    cannot read.
+    cannot read, or an animated WebP (TensorFlow's decoder aborts the process
+    on one).
     """
-    if not path.lower().endswith((".bmp", ".gif")):
+    if not path.lower().endswith((".bmp", ".gif", ".webp")):
         return -1
     with open(path, "rb") as f:
         head = f.read(1 << 16)
+    if head[:4] == b"RIFF" and head[8:16] == b"WEBPVP8X" and len(head) > 20 and head[20] & 0x02:
+        # The animation flag of the VP8X chunk (WebP container specification): TensorFlow's WebP decoder
+        # corrupts the heap on such a file and aborts the process, so it is refused before any decoding.
+        raise ValueError(
+            f"`directory` holds an animated WebP, which keras_vit.data cannot decode; save its first frame as a "
+            f"still image (e.g. PNG or a still WebP). Received: a file {path!r}"
+        )
     if head[:2] == b"BM":
         problem = _bmp_problem(head)
         if problem:
@@ -168,44 +181,112 @@ def _op_reason(error):
     """TensorFlow's reason in an `OpError`, without its op and function names: "Invalid PNG data, size 1586"."""
     text = (error.message or str(error)).strip().splitlines()[0]
     text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)
+    # _assert_pixels' message: "assertion failed: [...]" in a graph, "Expected ... Summarized data: b'...'" eagerly
+    text = re.sub(r"^assertion failed: \[(.*?)\]", r"\1", text)
+    text = re.sub(r"^Expected .* Summarized data: b[\"'](.*)[\"']$", r"\1", text)
     return re.sub(r"\s*\[Op:\w+\].*$", "", text).strip().rstrip(".") or type(error).__name__
 
 
 _ALL_BYTES = bytes(range(256))
 
+# PIL's default `Image.MAX_IMAGE_PIXELS` (1024**3 // 4 // 3: a quarter GiB of 24-bit pixels); decoded as float32
+# RGB, as the pipeline holds it, such an image takes about 1 GiB.
+MAX_PIXELS = 89_478_485
 
-def read_image(path, *, exif_orientation=True):
+
+def _header_size(contents):
+    """(width, height) int64 from the header of JPEG, PNG, GIF, BMP or WebP bytes, read without decoding; (0, 0)
+    for other bytes. JPEG: the SOF marker (`tf.image.extract_jpeg_shape`); PNG: the IHDR chunk; GIF: the logical
+    screen; BMP: BITMAPINFOHEADER (height signed); WebP: the VP8X canvas, or the VP8L / VP8 frame header (the
+    WebP container specification)."""
+    padded = tf.strings.join([tf.strings.substr(contents, 0, 30), b"\0" * 30])
+    b = tf.cast(tf.io.decode_raw(tf.strings.substr(padded, 0, 30), tf.uint8), tf.int64)
+
+    def little(i, n):
+        return tf.reduce_sum(b[i : i + n] * tf.constant([1, 1 << 8, 1 << 16, 1 << 24][:n], tf.int64))
+
+    def big(i, n):
+        return tf.reduce_sum(b[i : i + n] * tf.constant([1 << 24, 1 << 16, 1 << 8, 1][4 - n :], tf.int64))
+
+    def starts(offset, text):
+        return tf.reduce_all(tf.equal(b[offset : offset + len(text)], list(text)))
+
+    def jpeg():
+        shape = tf.cast(tf.image.extract_jpeg_shape(contents), tf.int64)
+        return tf.stack([shape[1], shape[0]])
+
+    webp = starts(0, b"RIFF") & starts(8, b"WEBP")
+    height_bmp = little(22, 4)
+    lossless = little(21, 4)  # VP8L: 14 bits width - 1, 14 bits height - 1
+    sizes = [
+        (starts(0, b"\x89PNG"), lambda: tf.stack([big(16, 4), big(20, 4)])),
+        (starts(0, b"GIF8"), lambda: tf.stack([little(6, 2), little(8, 2)])),
+        (starts(0, b"BM"), lambda: tf.stack([little(18, 4), tf.abs(tf.where(height_bmp >= 1 << 31,
+                                                                             height_bmp - (1 << 32), height_bmp))])),
+        (webp & starts(12, b"VP8X"), lambda: tf.stack([little(24, 3) + 1, little(27, 3) + 1])),
+        (webp & starts(12, b"VP8L"), lambda: tf.stack([lossless % (1 << 14) + 1, lossless // (1 << 14) % (1 << 14) + 1])),
+        (webp & starts(12, b"VP8 "), lambda: tf.stack([little(26, 2) % (1 << 14), little(28, 2) % (1 << 14)])),
+    ]
+    size = tf.cond(starts(0, b"\xff\xd8\xff"), jpeg, lambda: tf.zeros([2], tf.int64))
+    for test, read in sizes:
+        size = tf.cond(test, read, lambda size=size: size)
+    return size[0], size[1]
+
+
+def _assert_pixels(contents, max_pixels):
+    """An op that fails, saying the image's size and the limit, when its header gives more than `max_pixels`."""
+    width, height = _header_size(contents)
+    message = tf.strings.format(
+        "it is {} x {} pixels, more than the limit of " + f"{max_pixels:,d}" + " (max_pixels= of keras_vit.data's "
+        "from_directory and read_image; None: no limit): a file this size may be a decompression bomb",
+        (width, height))
+    return tf.debugging.Assert(width * height <= max_pixels, [message])
+
+
+def read_image(path, *, exif_orientation=True, max_pixels=MAX_PIXELS):
     """One image file as `from_directory` decodes it, before channels and resizing: what training sees of it.
 
     Args:
         path: str, a JPEG, PNG, BMP, GIF or WebP file.
         exif_orientation: bool, default True: turned upright by its EXIF
             Orientation tag (`keras_vit.data.exif`), as `from_directory` does.
+        max_pixels: int or None, default `MAX_PIXELS` (89,478,485, PIL's
+            `Image.MAX_IMAGE_PIXELS`): a file whose header gives more pixels
+            (width x height) is refused before it is decoded; None: no limit.
 
     Returns:
         NumPy float32 `(height, width, c)` in [0, 255], c as stored (1 to 4;
         a GIF's first frame, transparent pixels in their palette colour).
 
     Raises:
-        ValueError: a BMP of a kind it cannot decode, or a file that cannot
-            be read or decoded, naming the file.
+        ValueError: a BMP of a kind it cannot decode, an animated WebP, an
+            image of more than `max_pixels` pixels, or a file that cannot be
+            read or decoded, naming the file; a bad `max_pixels`.
     """
     path = str(path)
+    check_max_pixels(max_pixels)
     gif_flag = _check_image_file(path)
-    if exif_orientation not in _READERS:  # one traced function a setting: a file in about a millisecond
-        _READERS[exif_orientation] = tf.function(
-            lambda p, flag: _read_image(p, flag, exif_orientation),
+    key = (exif_orientation, max_pixels)
+    if key not in _READERS:  # one traced function a setting: a file in about a millisecond
+        _READERS[key] = tf.function(
+            lambda p, flag: _read_image(p, flag, exif_orientation, max_pixels),
             input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int32)])
     try:
-        return _READERS[exif_orientation](tf.constant(path), tf.constant(gif_flag, tf.int32)).numpy()
+        return _READERS[key](tf.constant(path), tf.constant(gif_flag, tf.int32)).numpy()
     except tf.errors.OpError as e:
         raise ValueError(f"the image file {path!r} cannot be read: {_op_reason(e)}; remove or replace it") from None
+
+
+def check_max_pixels(max_pixels):
+    """Raises ValueError naming `max_pixels` unless it is None or an int >= 1."""
+    if max_pixels is not None and (isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1):
+        raise ValueError(f"`max_pixels` must be None (no limit) or an int >= 1. Received: max_pixels={max_pixels!r}")
 
 
 _READERS = {}
 
 
-def _read_image(path, gif_flag, exif_orientation=True):
+def _read_image(path, gif_flag, exif_orientation=True, max_pixels=MAX_PIXELS):
     """Reads one image file: float32 `(height, width, c)` in [0, 255], c as stored (1 to 4).
 
     `gif_flag` >= 0 is the offset of a GIF's transparency flag, cleared
@@ -214,8 +295,14 @@ def _read_image(path, gif_flag, exif_orientation=True):
     one) leaves out the test. `exif_orientation`: turn a JPEG, PNG or WebP
     upright by its EXIF Orientation tag (`keras_vit.data.exif`), as photo
     viewers, MediaPipe and browsers show it; False keeps the stored pixels.
+    `max_pixels`: an image whose header gives more pixels fails (an
+    InvalidArgumentError that says its size) before anything is decoded;
+    None: no limit.
     """
     contents = tf.io.read_file(path)
+    if max_pixels is not None:
+        with tf.control_dependencies([_assert_pixels(contents, max_pixels)]):
+            contents = tf.identity(contents)
     if exif_orientation:
         return exif.apply(_read_contents(contents, gif_flag), exif.orientation(contents))
     return _read_contents(contents, gif_flag)

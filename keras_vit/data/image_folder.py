@@ -1,8 +1,8 @@
 """Which files of an image folder `keras_vit.data.from_directory` reads, and their classes.
 
-The listing and the validation split are Keras' own (`keras.utils.image_dataset_from_directory`'s
-`index_directory` and `get_training_or_validation_split`, so a folder splits as it does in Keras), with
-one more format: WebP, which TensorFlow 2.21 decodes and Keras' list of formats leaves out (a class
+The listing is Keras' own (`keras.utils.image_dataset_from_directory`'s `index_directory`, its seeded
+shuffle included); the validation split is stratified (`stratified_split`: each class keeps its share in
+both subsets, where Keras cuts the shuffled list once), with one more format: WebP, which TensorFlow 2.21 decodes and Keras' list of formats leaves out (a class
 folder of .webp files used to be silently empty). A class folder with no file keras_vit reads is
 refused, naming it; files whose extension says image but that keras_vit does not read (TIFF, HEIC,
 AVIF, ...) are named in one log line (logger "keras_vit.data"), once a process for a folder (its training and
@@ -44,7 +44,7 @@ def count_images(directory):
     return sum(f.lower().endswith(IMAGE_EXTENSIONS) for files in _files_by_class(directory).values() for f in files)
 
 
-def list_image_folder(directory, validation_split=None, subset=None, seed=None):
+def list_image_folder(directory, validation_split=None, subset=None, seed=None, class_names=None):
     """Lists an image folder as `keras.utils.image_dataset_from_directory` does, WebP included.
 
     Args:
@@ -52,13 +52,19 @@ def list_image_folder(directory, validation_split=None, subset=None, seed=None):
         validation_split: None or float in (0, 1).
         subset: with `validation_split`, "training" or "validation".
         seed: int, the seed of the shuffle before the split (used only with `validation_split`).
+        class_names: None, or the list of class names in label order (a model's or the training set's): a
+            class folder's label is its name's index there, so that a folder that lacks a class (a small
+            held-out set) keeps the others' labels; a class folder not in the list is refused. None: the
+            sorted class folder names.
 
     Returns:
         `(paths, labels, class_names)`: the files of `subset` (all of them without a split), in Keras'
-        order, their int class indices, and the sorted class folder names.
+        order (its seeded shuffle with a split), their int class indices, and the sorted class folder names.
+        The split is stratified (`stratified_split`).
 
     Raises:
-        ValueError: a class folder holds no file of `IMAGE_EXTENSIONS` (naming it and what it holds).
+        ValueError: a class folder holds no file of `IMAGE_EXTENSIONS` (naming it and what it holds), the
+            split leaves a class with no training file (naming it), or a class folder is not in `class_names`.
     """
     by_class = _files_by_class(directory)
     empty = [name for name, files in by_class.items() if not any(f.lower().endswith(IMAGE_EXTENSIONS) for f in files)]
@@ -81,10 +87,54 @@ def list_image_folder(directory, validation_split=None, subset=None, seed=None):
             "%s: %d image file%s in a format keras_vit does not read (it reads %s) %s left out: %s%s",
             directory, len(skipped), "s" if len(skipped) > 1 else "", ", ".join(IMAGE_EXTENSIONS),
             "are" if len(skipped) > 1 else "is", ", ".join(skipped[:5]), ", ..." if len(skipped) > 5 else "")
-    paths, labels, class_names = dataset_utils.index_directory(
-        directory, "inferred", formats=IMAGE_EXTENSIONS, shuffle=bool(validation_split), seed=seed, verbose=False)
+    # Keras prints "Using N files." on some paths whatever `verbose` says: the caller's output stays its own.
+    with contextlib.redirect_stdout(io.StringIO()):
+        paths, labels, found = dataset_utils.index_directory(
+            directory, "inferred", formats=IMAGE_EXTENSIONS, shuffle=bool(validation_split), seed=seed, verbose=False)
+    paths, labels, found = list(paths), [int(label) for label in labels], list(found)
+    if class_names is None:
+        class_names = found
+    else:
+        class_names = [str(name) for name in class_names]
+        unknown = [name for name in found if name not in class_names]
+        if unknown:
+            raise ValueError(
+                f"`directory`'s class folder{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                f"{'are' if len(unknown) > 1 else 'is'} not in `class_names` ({len(class_names)} names: "
+                f"{', '.join(map(repr, class_names[:12]))}{', ...' if len(class_names) > 12 else ''}); rename or remove "
+                f"the folder, or pass the model's own class names. Received: directory={directory!r}"
+            )
+        labels = [class_names.index(found[label]) for label in labels]
     if validation_split:
-        # Keras prints "Using N files for training." whatever `verbose` says: the caller's output stays its own.
-        with contextlib.redirect_stdout(io.StringIO()):
-            paths, labels = dataset_utils.get_training_or_validation_split(paths, labels, validation_split, subset)
-    return list(paths), [int(label) for label in labels], list(class_names)
+        held_out = stratified_split(labels, validation_split, class_names, directory)
+        chosen = [i for i in range(len(paths)) if held_out[i] == (subset == "validation")]
+        paths, labels = [paths[i] for i in chosen], [labels[i] for i in chosen]
+    return paths, labels, class_names
+
+
+def stratified_split(labels, validation_split, class_names, directory):
+    """Which files are held out: `round(validation_split * n)` of each class's n files, the first of its files in
+    the listing's seeded shuffle (`index_directory(shuffle=True, seed=...)`), so that every class keeps its share
+    in both subsets. Keras' own split (`get_training_or_validation_split`) cuts the shuffled list once, so a class
+    with one or two files can land wholly in the held-out part and train a head for a class it never saw.
+
+    Returns a list of bool, one per file. Raises ValueError naming each class left with no training file.
+    """
+    by_class = collections.defaultdict(list)
+    for i, label in enumerate(labels):
+        by_class[label].append(i)
+    held_out = [False] * len(labels)
+    starved = []
+    for label, files in sorted(by_class.items()):
+        count = int(round(validation_split * len(files)))
+        if count >= len(files):
+            starved.append(f"{class_names[label]!r} ({len(files)} file{'s' if len(files) > 1 else ''})")
+        for i in files[:count]:
+            held_out[i] = True
+    if starved:
+        raise ValueError(
+            f"validation_split={validation_split} holds out every file of class folder{'s' if len(starved) > 1 else ''} "
+            f"{', '.join(starved)}, which would leave no training image of {'them' if len(starved) > 1 else 'it'}; "
+            f"add images or lower validation_split. Received: directory={directory!r}"
+        )
+    return held_out

@@ -36,7 +36,9 @@ tf = tensorflow("keras_vit.data (tf.data input pipelines)")
 
 from keras_vit import augmentation  # noqa: E402
 from keras_vit.data import pipeline as _pipeline
-from keras_vit.data.image_files import _check_decodable, _check_image_file, _read_image  # noqa: E402
+from keras_vit.data.image_files import (  # noqa: E402
+    MAX_PIXELS, _check_decodable, _check_image_file, _read_image, check_max_pixels,
+)
 from keras_vit.data.image_folder import IMAGE_EXTENSIONS, count_images, list_image_folder  # noqa: E402, F401
 from keras_vit.data.subsets import _labels_subset, stratified_subset  # noqa: E402, F401 (public here)
 from keras_vit.common.validation import check_choice  # noqa: E402
@@ -149,12 +151,19 @@ def from_arrays(
     seed=None,
     class_names=None,
     labels_fraction=None,
+    input_range=(0, 255),
 ):
     """Builds the pipeline from NumPy arrays.
 
     Args:
         images: array `(n, height, width)` or `(n, height, width, c)` with c
-            in {1, 3}, pixels in [0, 255], any real or integer dtype.
+            in {1, 3}, pixels in `input_range`, any real or integer dtype.
+        input_range: the range the pixels of `images` are in: (0, 255)
+            (default), (0, 1) or (-1, 1); they are scaled to [0, 255]
+            first. Values outside it are refused, and so are float arrays
+            given as (0, 255) whose values all lie in [-1, 1] and are not
+            whole numbers: images already scaled, which would be divided
+            again into nearly constant pictures.
         labels: int array `(n,)` of class indices, or None for images only.
         image_size: int or (height, width): the model's input size in pixels.
         channels: 1 or 3, default 3. Grey images are repeated to RGB; RGB is
@@ -206,7 +215,9 @@ def from_arrays(
             a `labels_fraction` outside (0, 1], without labels, or that
             leaves a class with no example (see `stratified_subset`);
             `keras.config.image_data_format()` is "channels_first" (images
-            are always read and yielded channels-last).
+            are always read and yielded channels-last); an `input_range`
+            other than the three, images outside it, or images that look
+            already scaled (above).
     """
     _pipeline.check_channels_last("from_arrays")
     images = np.asarray(images)
@@ -217,6 +228,7 @@ def from_arrays(
             "`images` must have shape (n, height, width) or (n, height, width, 1 or 3). "
             f"Received: images with shape {images.shape}"
         )
+    images = _to_pixels(images, input_range)
     if labels is None:
         if labels_fraction is not None:
             raise ValueError(f"`labels_fraction` needs `labels`. Received: labels=None, labels_fraction={labels_fraction!r}")
@@ -230,6 +242,39 @@ def from_arrays(
     mixing = _pipeline.augmentations(rand_augment, random_erasing, mixup_alpha, cutmix_alpha, class_names, labels,
                            labelled=labels is not None)
     return _pipeline.finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(images), **mixing)
+
+
+INPUT_RANGES = ((0, 255), (0, 1), (-1, 1))
+
+
+def _to_pixels(images, input_range):
+    """`images` in `input_range` as pixels in [0, 255] (unchanged for (0, 255)); raises ValueError naming
+    `input_range` for another range, values outside it, or float images given as (0, 255) that are plainly
+    scaled already (all in [-1, 1], some not whole)."""
+    try:
+        input_range = tuple(float(v) for v in input_range)
+    except (TypeError, ValueError):
+        input_range = None
+    if input_range not in INPUT_RANGES:
+        raise ValueError(f"`input_range` must be one of {', '.join(map(str, INPUT_RANGES))}. "
+                         f"Received: input_range={input_range!r}")
+    if images.size == 0 or images.dtype.kind not in "iufb":
+        return images
+    low, high = float(np.min(images)), float(np.max(images))
+    lo, hi = input_range
+    if not (np.isfinite(low) and np.isfinite(high)) or low < lo - 1e-3 or high > hi + 1e-3:
+        raise ValueError(
+            f"`images` must hold pixels in input_range={(int(lo), int(hi))}. Received: values from {low:g} to {high:g}"
+            + (f"; pass input_range={(0, 1) if low >= 0 else (-1, 1)} for images scaled so"
+               if low >= -1 and high <= 1 and input_range == (0, 255) else ""))
+    if input_range == (0, 255):
+        if images.dtype.kind == "f" and low >= -1.0 and high <= 1.0 and np.any(images != np.round(images)):
+            raise ValueError(
+                f"`images` look scaled already (float values from {low:g} to {high:g}, not whole pixel values), but "
+                f"input_range=(0, 255) (the default) takes pixels in [0, 255]; pass input_range="
+                f"{(0, 1) if low >= 0 else (-1, 1)} so that they are not scaled twice")
+        return images
+    return ((images.astype("float32") - lo) * (255.0 / (hi - lo))).astype("float32")
 
 
 def _check_labels(labels, count, class_names):
@@ -269,14 +314,18 @@ def from_directory(
     subset=None,
     labels_fraction=None,
     exif_orientation=True,
+    max_pixels=MAX_PIXELS,
+    class_names=None,
 ):
     """Builds the pipeline from a folder with one sub-folder per class.
 
-    Files are listed and split as `keras.utils.image_dataset_from_directory`
-    lists and splits them, with its own functions (extensions .bmp, .gif,
-    .jpeg, .jpg, .png, and .webp, which Keras leaves out; class indices
-    follow the sorted sub-folder names; `validation_split` splits a seeded
-    shuffle of the files: `keras_vit.data.image_folder`), then decoded
+    Files are listed as `keras.utils.image_dataset_from_directory` lists
+    them, with its own function (extensions .bmp, .gif, .jpeg, .jpg, .png,
+    and .webp, which Keras leaves out; class indices follow the sorted
+    sub-folder names). `validation_split` holds out that share of each
+    class's files from a seeded shuffle (stratified, unlike Keras' single
+    cut, so that a small class is never held out whole:
+    `keras_vit.data.image_folder`). Files are then decoded
     here, so that every colour mode of these formats gives its pixels with
     either `channels`:
 
@@ -334,6 +383,17 @@ def from_directory(
             Orientation (all 8 values); False keeps the stored pixels, for
             data sets that were already turned upright without removing
             the tag.
+        max_pixels: int or None, default 89,478,485 (PIL's
+            `Image.MAX_IMAGE_PIXELS`, `keras_vit.data.image_files.MAX_PIXELS`):
+            a file whose header gives more pixels (width x height) is refused,
+            named, before it is decoded (a 1 MB PNG can hold 20000 x 20000
+            pixels, 4.8 GB as float32 RGB); None: no limit.
+        class_names: None, or a list of str, the class names in label
+            order (as `keras.utils.image_dataset_from_directory` takes it),
+            e.g. the training set's `.class_names` for a held-out folder:
+            each class folder gets its name's index, so that a folder that
+            lacks a class does not shift the others' labels. A class folder
+            not in the list is refused. None: the sorted folder names.
         image_size, channels, batch_size, shuffle, augment, rand_augment,
             random_erasing, mixup_alpha, cutmix_alpha: as in `from_arrays`.
 
@@ -341,14 +401,17 @@ def from_directory(
         A `tf.data.Dataset` of `(images, labels)`: images float32
         `(batch, height, width, channels)` (channels-last) in [-1, 1],
         labels int32 `(batch,)` (float32 `(batch, classes)` with Mixup or
-        CutMix). It has `.class_names`, `.num_examples` and
+        CutMix). It has `.class_names` (`class_names` when given),
+        `.num_examples` and
         `.file_paths`, the files in the order they are read when `shuffle`
         is False.
 
     Raises:
         ValueError: the folder does not exist or holds no images, a class
             folder holds none (named), the split leaves a subset empty, a
-            BMP file of a kind it cannot decode, a bad pipeline argument, a `labels_fraction` that leaves a class with
+            BMP file of a kind it cannot decode, an animated WebP, an image
+            of more than `max_pixels` pixels, a class folder not in
+            `class_names`, a bad pipeline argument, a `labels_fraction` that leaves a class with
             no image, or `keras.config.image_data_format()` is
             "channels_first", or a file that cannot be read or decoded
             (empty, cut short, not an image): its path, size and what is
@@ -362,6 +425,11 @@ def from_directory(
                                     mixup_alpha=mixup_alpha, cutmix_alpha=cutmix_alpha)
     if not isinstance(exif_orientation, bool):
         raise ValueError(f"`exif_orientation` must be True or False. Received: exif_orientation={exif_orientation!r}")
+    check_max_pixels(max_pixels)
+    if class_names is not None and (isinstance(class_names, str) or not all(isinstance(n, str) for n in class_names)
+                                    or len(set(class_names)) != len(class_names) or not class_names):
+        raise ValueError(f"`class_names` must be None or a list of distinct str, one per class in label order. "
+                         f"Received: class_names={class_names!r}")
     found = count_images(directory)
     if found == 0:
         raise ValueError(
@@ -375,7 +443,12 @@ def from_directory(
                 f"validation_split={validation_split} of the {found} images in {directory!r} leaves an empty "
                 f"{'validation' if held_out == 0 else 'training'} subset; add images or change validation_split"
             )
-    paths, labels, class_names = list_image_folder(directory, validation_split, subset, seed)
+    paths, labels, class_names = list_image_folder(directory, validation_split, subset, seed, class_names)
+    if not paths:  # every class too small for one held-out file
+        raise ValueError(
+            f"validation_split={validation_split} of the {found} images in {directory!r} holds out no image of any "
+            f"class (each class's share rounds to 0); add images or raise validation_split"
+        )
     keep = _labels_subset(np.array(labels, "int64"), labels_fraction, seed, class_names)
     if keep is not None:
         paths, labels = [paths[i] for i in keep], [labels[i] for i in keep]
@@ -384,7 +457,7 @@ def from_directory(
     any_gif = max(gif_flags, default=-1) >= 0
 
     def decode(path, gif_flag):
-        return _read_image(path, gif_flag if any_gif else None, exif_orientation)
+        return _read_image(path, gif_flag if any_gif else None, exif_orientation, max_pixels)
 
     _check_decodable(paths, gif_flags, decode)
     mixing = _pipeline.augmentations(rand_augment, random_erasing, mixup_alpha, cutmix_alpha, class_names)
