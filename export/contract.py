@@ -142,7 +142,11 @@ def label_names(labels, class_names, classes, model_names=None):
     Raises:
         ValueError: a count other than `classes`; a missing labels file; a
             calibration data set whose class names differ from the model's
-            own (its labels would not mean the model's classes).
+            own (its labels would not mean the model's classes); `labels`
+            that name the model's own classes or the calibration data's in
+            another order (the files would name the wrong class). `labels`
+            with other names than the model's own are taken, printed as a
+            warning, and `source` says so (the report's `labels_source`).
     """
     if classes == 1 and class_names is not None and len(class_names) == 2:
         class_names = list(class_names[1:])  # a binary classifier's one output: label 1 of a two-class folder
@@ -171,7 +175,23 @@ def label_names(labels, class_names, classes, model_names=None):
     if len(labels) != classes:
         raise ValueError(f"labels (--labels) must name each of the model's {_classes(classes)}. Received: {len(labels)} "
                          f"labels ({', '.join(map(str, labels[:5]))}{', ...' if len(labels) > 5 else ''})")
-    return check_class_names(labels, classes, "labels (--labels)"), "given"
+    labels = check_class_names(labels, classes, "labels (--labels)")
+    for other, what in ((model_names, "the model's own class names"), (class_names, "the calibration data's classes")):
+        if other is not None and list(other) != labels and sorted(map(str, other)) == sorted(labels):
+            moved = [f"line {i + 1} names {name!r} where {what} have {str(theirs)!r}"
+                     for i, (name, theirs) in enumerate(zip(labels, other)) if name != str(theirs)]
+            raise ValueError(
+                f"labels (--labels) name {what} in another order: {'; '.join(moved[:3])}"
+                f"{'; ...' if len(moved) > 3 else ''}. The files would name the wrong class for these outputs; put the "
+                f"lines in the model's order{', or leave out --labels (the model carries its names)' if other is model_names else ''}"
+            )
+    if model_names is not None and list(model_names) != labels:
+        differ = [f"{name!r} for {str(theirs)!r}" for name, theirs in zip(labels, model_names) if name != str(theirs)]
+        note = (f"given, not the model's own names ({len(differ)} differ: {', '.join(differ[:3])}"
+                f"{', ...' if len(differ) > 3 else ''})")
+        print(f"warning: labels (--labels) are {note}; the files carry the given names", flush=True)
+        return labels, note
+    return labels, "given"
 
 
 def _classes(n):

@@ -195,6 +195,32 @@ def test_class_names_travel_from_the_model(trained_vit, tmp_path, capsys):
                    calibration_data="digits", measure_latency=False)
 
 
+def test_a_labels_file_in_another_order_than_the_models_or_the_datas_is_refused(trained_vit, tmp_path, capsys):
+    """Issue 43, item 6: a --labels file with two lines swapped was shipped: verification compares indices, so it
+    passed, and every file named the wrong class for two outputs. Other names than the model's are taken with a
+    warning that the report keeps."""
+    names = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    swapped = [names[1], names[0], *names[2:]]
+    (tmp_path / "labels.txt").write_text("\n".join(swapped) + "\n")
+    with pytest.raises(ValueError, match=r"labels \(--labels\) name the model's own class names in another order: line 1 "
+                                         r"names 'one' where the model's own class names have 'zero'; line 2 names 'zero'"):
+        export_all(_trained_copy(trained_vit, class_names=names), str(tmp_path / "swapped"), formats="tflite",
+                   quantizations="float32", labels=str(tmp_path / "labels.txt"), measure_latency=False, mediapipe=False)
+    assert not os.path.exists(tmp_path / "swapped")
+    digits = [str(d) for d in range(10)]
+    with pytest.raises(ValueError, match=r"name the calibration data's classes in another order: line 1 names '1'"):
+        export_all(trained_vit[0], str(tmp_path / "data"), formats="saved_model", calibration_data="digits",
+                   labels=[digits[1], digits[0], *digits[2:]], measure_latency=False)
+    french = ["zéro", "un", "deux", "trois", "quatre", "cinq", "six", "sept", "huit", "neuf"]
+    capsys.readouterr()
+    report = export_all(_trained_copy(trained_vit, class_names=names), str(tmp_path / "french"), formats="tflite",
+                        quantizations="float32", labels=french, measure_latency=False, mediapipe=False)
+    assert report["labels"] == french
+    assert report["labels_source"].startswith("given, not the model's own names (9 differ: 'zéro' for 'zero'")
+    assert "warning: labels (--labels) are given, not the model's own names" in capsys.readouterr().out
+    assert read_metadata(str(tmp_path / "french" / "model_float32.tflite"))["labels"] == french
+
+
 def test_export_tflite_refuses_a_label_count_other_than_the_outputs(trained_vit, tmp_path):
     with pytest.raises(ValueError, match=r"`metadata\['labels'\]` must name each of the model's 10 outputs; MediaPipe "
                                          r"refuses a file whose label count differs. Received: 4 labels"):
