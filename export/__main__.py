@@ -117,9 +117,11 @@ def _main(argv):
         formats = parse_list(args.formats, FORMATS, "format")
         tflite_modes = parse_list(args.quantization, QUANTIZATIONS, "quantization")
         parse_list(args.onnx_quantization, ONNX_QUANTIZATIONS, "onnx_quantization")
+        _files.check_writable_folder(args.output_dir, "--output-dir")  # before any conversion, not after it
         if args.web_check:
             check_available()
         if args.web is not None:
+            _files.check_writable_folder(args.web, "--web")
             check_page_target(args.web, args.output_dir, args.overwrite)
             check_page_runtime()
             if "tflite" not in formats:

@@ -223,6 +223,7 @@ def export_all(
         raise ValueError(f"`batch_size` must be 1 or None (dynamic). Received: batch_size={batch_size!r}")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ValueError(f"output_dir {output_dir!r} is a file, not a folder")
+    _files.check_writable_folder(output_dir, "output_dir")
     parse_input_range(input_range, "input_range (--input-range)")
     size = parse_image_size(image_size, model)
     if web_check:

@@ -38,6 +38,13 @@ def test_writes_model_metrics_history_and_curve(tmp_path):
     assert (out / "training_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_an_output_dir_that_cannot_be_written_is_refused_with_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*TINY, "--output-dir", "/proc/keras_vit_run"])
+    assert exit_info.value.code == 2
+    assert "--output-dir '/proc/keras_vit_run': '/proc' is not writable" in capsys.readouterr().err
+
+
 def test_refuses_to_overwrite_without_flag(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()

@@ -48,13 +48,7 @@ def _plot_history(path, history, keys=("loss", "accuracy")):
 
 def _check_output_dir(out):
     """Raises ValueError unless `out` is, or can become, a folder (checked before any work)."""
-    path = os.path.abspath(out)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    if not os.path.isdir(path):
-        raise ValueError(f"--output-dir {out!r} cannot be a folder: {path!r} is a file")
-    if not os.access(path, os.W_OK):
-        raise ValueError(f"--output-dir {out!r}: {path!r} is not writable")
+    _files.check_writable_folder(out, "--output-dir")
 
 
 _RUN_FILE = "run.json"  # the flags of the run a backup belongs to (_check_resumable)

@@ -23,6 +23,24 @@ def check_target(path, overwrite):
         raise FileExistsError(f"{path} exists; pass overwrite=True (--overwrite) to replace it")
 
 
+def check_writable_folder(path, argument):
+    """Raises ValueError naming `argument` (a flag or parameter) unless `path` is, or can be made, a folder this
+    process can write in: its nearest existing ancestor is a folder where a file can be made (tried, then
+    removed; a read-only file system and a folder of another owner are both caught, root's too)."""
+    full = os.path.abspath(path)
+    while not os.path.exists(full):
+        full = os.path.dirname(full)
+    if not os.path.isdir(full):
+        raise ValueError(f"{argument} {path!r} cannot be a folder: {full!r} is a file")
+    try:
+        handle, probe = tempfile.mkstemp(dir=full, prefix=".tmp-writable-")
+    except OSError as e:
+        raise ValueError(f"{argument} {path!r}: {full!r} is not writable ({e.strerror}); give a folder you can "
+                         f"write in") from None
+    os.close(handle)
+    os.remove(probe)
+
+
 @contextlib.contextmanager
 def staged(path, overwrite=False, directory=False):
     """Yields a temporary path beside `path`; moves it into place if the block succeeds.

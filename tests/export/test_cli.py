@@ -134,6 +134,20 @@ def test_bad_input_exits_2_with_message_and_writes_nothing(trained_vit, tmp_path
     assert not out.exists() or not os.listdir(out)
 
 
+@pytest.mark.parametrize("flag", ["--output-dir", "--web"])
+def test_a_folder_that_cannot_be_written_is_refused_up_front_with_exit_2(trained_vit, tmp_path, capsys, flag):
+    """Issue 43, item 6: a read-only --output-dir ended in an OSError traceback, exit 1 (kept for a failed
+    verification); for --web only after every artifact was converted and verified. /proc takes no new file."""
+    paths = {"--output-dir": str(tmp_path / "out"), "--web": str(tmp_path / "page"), flag: "/proc/keras_vit_out"}
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([trained_vit[1], "--formats", "tflite", "--quantization", "float32", "--no-latency",
+                  "--output-dir", paths["--output-dir"], "--web", paths["--web"]])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert f"error: {flag} '/proc/keras_vit_out': '/proc' is not writable" in err and "Traceback" not in err
+    assert not os.path.exists(tmp_path / "out") and not os.path.exists(tmp_path / "page")  # no work was done
+
+
 def test_labels_file_and_output_file_are_protected(trained_vit, tmp_path, capsys):
     out = tmp_path / "export"
     out.mkdir()
@@ -145,7 +159,7 @@ def test_labels_file_and_output_file_are_protected(trained_vit, tmp_path, capsys
     (tmp_path / "afile").write_text("x")
     with pytest.raises(SystemExit):
         cli.main([trained_vit[1], "--formats", "onnx", "--output-dir", str(tmp_path / "afile")])
-    assert "is a file, not a folder" in capsys.readouterr().err
+    assert "error: --output-dir" in (err := capsys.readouterr().err) and "afile' is a file" in err
 
 
 def test_class_count_mismatch_names_the_data(tmp_path, capsys):
