@@ -11,7 +11,8 @@ from keras_vit.common import files as _files
 from export.input_range import RANGES, UNIT, UNREAD, describe, parse_input_range, scale
 from export.onnx import check_opset
 from export.onnx_fusion import check_fusion, fused_nodes
-from export.onnx_quantization import ONNX_QUANTIZATIONS, onnx_file
+from export.onnx_quantization import ONNX_QUANTIZATIONS
+from export.output_folder import FORMATS, artifact_file, earlier_files
 from export.signature import ServingGraph, is_dynamic, model_image_shape, parse_image_size, prepare
 from export.tflite import (CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, check_dynamic_size_quantization,
                            check_quantization)
@@ -22,25 +23,6 @@ from export.fast_path import fast_path
 from export.verify import (MEDIAPIPE_TOKENS, NOISE_HINT, TOKENS_NOTE, Artifact, VerificationError, decision_failure,
                            resized_images, verify)
 from export.web_check import check_available as check_web_available, check_in_browser, runtimes as web_runtimes
-
-FORMATS = ("saved_model", "tflite", "onnx")
-
-
-def artifact_file(fmt, quantization="float32", pixels=False):
-    """The final file name of an artifact inside the output folder.
-
-    `pixels`: the export put the scaling of raw pixels into the graph
-    (`include_preprocessing`): "_pixels" ends the name (`saved_model_pixels`,
-    `model_float32_pixels.tflite`, `model_pixels.onnx`), so the file is not
-    taken for the one that takes scaled images.
-    """
-    suffix = "_pixels" if pixels else ""
-    if fmt == "saved_model":
-        return "saved_model" + suffix
-    if fmt == "onnx":
-        return onnx_file(quantization).replace(".onnx", suffix + ".onnx")  # model.onnx, model_int8.onnx, ...
-    return f"model_{quantization}{suffix}.tflite"
-
 
 def parse_list(value, allowed, name):
     """Splits "a,b" (or takes a list) and checks each item is in `allowed`.
@@ -200,8 +182,12 @@ def export_all(
             fixed-size model or a TFLite mode that cannot keep a dynamic size.
         export.web_check.WebCheckUnavailable: `web_check` without the
             browser runtime (before any work).
-        FileExistsError: an artifact or report already exists and
-            `overwrite` is False (checked before any work).
+        FileExistsError: an artifact or report already exists, or an
+            earlier export's artifact that this one does not make, and
+            `overwrite` is False (checked before any work). With
+            `overwrite`, an earlier export's artifacts that the new report
+            does not list are removed once it lands (named in its
+            `removed_earlier_files`; `export.output_folder`).
         VerificationError: after writing the report, if any artifact failed;
             before writing anything, if the Keras model is near chance on
             labelled verification images where another input range is not.
@@ -236,6 +222,10 @@ def export_all(
     targets = [os.path.join(output_dir, artifact_file(f, q, include_preprocessing)) for f, q in planned]
     for path in [*targets, os.path.join(output_dir, "report.json"), os.path.join(output_dir, "labels.txt")]:
         _files.check_target(path, overwrite)
+    earlier = earlier_files(output_dir, [os.path.basename(t) for t in targets])
+    if earlier and not overwrite:
+        raise FileExistsError(f"{output_dir} holds an earlier export's {', '.join(earlier)}, which this export would "
+                              "not replace; pass overwrite=True (--overwrite) to remove them, or give another folder")
 
     started = time.perf_counter()
     made_dir = not os.path.exists(output_dir)
@@ -278,9 +268,17 @@ def _export_all(model, output_dir, size, formats, planned, targets, calibration_
             for row in report["artifacts"]:
                 if row["format"] == "tflite" and row["passed"]:
                     row["profile"] = tflite_profile(row["path"], num_threads=1, measure_latency=measure_latency)
+        earlier = earlier_files(output_dir, [row["name"] for row in report["artifacts"] if row["passed"]]) \
+            if overwrite else []
+        if earlier:  # an earlier export's files (--overwrite): the folder holds what its report names, no more
+            report["removed_earlier_files"] = earlier
         with _files.staged(os.path.join(output_dir, "report.json"), overwrite) as tmp:
             with open(tmp, "w") as f:
                 json.dump(report, f, indent=2)
+        for name in earlier:
+            _files.remove(os.path.join(output_dir, name))
+        if earlier:
+            print(f"removed an earlier export's {', '.join(earlier)} from {output_dir} (not in this report)", flush=True)
     finally:
         for path in finals:
             _files.untrack(path)

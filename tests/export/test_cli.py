@@ -196,6 +196,33 @@ def test_existing_output_needs_overwrite(trained_vit, tmp_path, capsys):
     assert (out / "model.onnx").read_bytes()[:4] != b"earl"
 
 
+def test_overwrite_removes_an_earlier_exports_files_the_new_report_does_not_list(trained_vit, tmp_path, capsys):
+    """Issue 43, item 8: --overwrite left model A's model_dynamic_int8.tflite, model.onnx and saved_model beside
+    model B's report, which listed only its own file; the user's own files stay."""
+    out = tmp_path / "export"
+    assert cli.main([trained_vit[1], "--formats", "saved_model,tflite,onnx", "--quantization", "float32,dynamic_int8",
+                     "--onnx-quantization", "float32", "--output-dir", str(out), "--no-latency", "--no-mediapipe"]) == 0
+    (out / "notes.txt").write_text("mine")
+    first = sorted(os.listdir(out))
+    assert first == ["labels.txt", "model.onnx", "model_dynamic_int8.tflite", "model_float32.tflite", "notes.txt",
+                     "report.json", "saved_model"]
+    partial = tmp_path / "partial"  # an earlier export's file with no report: refused without --overwrite
+    partial.mkdir()
+    (partial / "model_int8.tflite").write_bytes(b"earlier")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([trained_vit[1], "--formats", "tflite", "--quantization", "float32", "--output-dir", str(partial)])
+    assert exit_info.value.code == 2
+    assert "holds an earlier export's model_int8.tflite, which this export would not replace; pass" in capsys.readouterr().err
+    capsys.readouterr()
+    assert cli.main([trained_vit[1], "--formats", "tflite", "--quantization", "float32", "--output-dir", str(out),
+                     "--overwrite", "--no-latency", "--no-mediapipe"]) == 0
+    assert sorted(os.listdir(out)) == ["labels.txt", "model_float32.tflite", "notes.txt", "report.json"]
+    report = json.loads((out / "report.json").read_text())
+    assert [row["name"] for row in report["artifacts"]] == ["model_float32.tflite"]
+    assert report["removed_earlier_files"] == ["model.onnx", "model_dynamic_int8.tflite", "saved_model"]
+    assert "removed an earlier export's model.onnx, model_dynamic_int8.tflite, saved_model" in capsys.readouterr().out
+
+
 def test_sigterm_mid_export_leaves_no_staging_files(trained_vit, tmp_path):
     """A killed export (SIGTERM, as from a job scheduler) removes its staging folder."""
     import signal

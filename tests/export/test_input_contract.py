@@ -13,7 +13,7 @@ import keras_vit
 from export import export_all, export_tflite
 from export.input_range import PIXELS, UNIT, model_input_range, parse_input_range, scale
 from export.metadata import read_metadata
-from export.pipeline import artifact_file
+from export.output_folder import artifact_file
 from export.signature import ServingGraph, score_kind
 from export.verify import VerificationError, compare, failures
 from keras_vit import data, training

@@ -24,7 +24,8 @@ import pytest
 
 import keras_vit
 from export.onnx_quantization import ONNX_QUANTIZATIONS
-from export.pipeline import FORMATS, VERIFY_SAMPLES, artifact_file, export_all
+from export.output_folder import artifact_file
+from export.pipeline import FORMATS, VERIFY_SAMPLES, export_all
 from export.tflite import QUANTIZATIONS
 from export.verify import TOLERANCES, VerificationError
 from keras_vit import data, training
