@@ -39,6 +39,7 @@ import os
 import re
 import zipfile
 
+import ml_dtypes  # noqa: F401 (numpy's bfloat16 and float8 types, which safetensors maps BF16 tensors to; a keras dependency)
 import numpy as np
 
 ATTENTION = "MultiHeadDotProductAttention_1"
@@ -57,7 +58,9 @@ def read_checkpoint(path):
 
     Args:
         path: str or os.PathLike: a NumPy `.npz` archive (Google's layouts) or
-            a `.safetensors` file (Hugging Face or timm, float16/float32).
+            a `.safetensors` file (Hugging Face or timm, bfloat16, float16 or
+            float32; bfloat16, the dtype most recent checkpoints are
+            published in, is widened to float32 exactly).
 
     Returns:
         dict name -> np.ndarray (float32), names as stored in the file.
@@ -98,12 +101,17 @@ def read_checkpoint(path):
     return as_float_arrays(arrays, path)
 
 
+# ml_dtypes' float types (NumPy kind "V"): bfloat16 and the float8 kinds safetensors stores (BF16, F8_E4M3, F8_E5M2).
+_ML_FLOATS = {np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)}
+
+
 def as_float_arrays(arrays, source="arrays"):
-    """Returns the arrays as float32, raising CheckpointError for a non-numeric one (named)."""
+    """Returns the arrays as float32 (bfloat16 and float8 widened exactly), raising CheckpointError for a
+    non-numeric one (named)."""
     out = {}
     for key, value in arrays.items():
         value = np.asarray(value)
-        if value.dtype.kind not in "fiu":  # strings, objects, complex numbers, booleans
+        if value.dtype.kind not in "fiu" and value.dtype not in _ML_FLOATS:  # strings, objects, complex, booleans
             raise CheckpointError(f"Checkpoint {source!r}: array {key!r} has dtype {value.dtype}, not a real number type")
         out[key] = value.astype(np.float32)
     return out

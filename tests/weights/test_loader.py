@@ -77,6 +77,30 @@ def test_every_google_layout_gives_the_same_logits(tmp_path, layout):
     np.testing.assert_allclose(model.predict(_x(), verbose=0), expected, atol=1e-5, rtol=0)
 
 
+def test_a_bfloat16_safetensors_checkpoint_loads_and_matches_the_float32_one(tmp_path):
+    """Issue 43, item 7: bfloat16, the dtype most recent checkpoints are published in, was refused ("not a real
+    number type", or "truncated or corrupt" by import order). Widened exactly: the model computes the reference
+    forward pass of the bfloat16-rounded weights, and the float32 file's logits to bfloat16 precision."""
+    import ml_dtypes
+    from safetensors.numpy import save_file
+
+    arrays = reference.google_checkpoint(2)
+    save_file({k: v.astype(ml_dtypes.bfloat16) for k, v in arrays.items()}, str(tmp_path / "bf16.safetensors"))
+    save_file({k: v.astype("float32") for k, v in arrays.items()}, str(tmp_path / "f32.safetensors"))
+    read = read_checkpoint(str(tmp_path / "bf16.safetensors"))
+    assert all(v.dtype == np.float32 for v in read.values())
+    rounded = {k: v.astype(ml_dtypes.bfloat16).astype("float32") for k, v in arrays.items()}
+    assert all(np.array_equal(read[k], rounded[k]) for k in arrays)
+    logits = {}
+    for name in ("bf16", "f32"):
+        model = _tiny()
+        load_pretrained(model, str(tmp_path / f"{name}.safetensors"))
+        logits[name] = model.predict(_x(), verbose=0)
+    np.testing.assert_allclose(logits["bf16"], reference.forward(rounded, _x(), layers=2), atol=1e-5, rtol=0)
+    scale = np.abs(logits["f32"]).max()
+    assert 0 < np.abs(logits["bf16"] - logits["f32"]).max() <= 0.05 * scale  # 8 mantissa bits, 2 blocks
+
+
 def test_groupnorm_style_parameters_are_flattened(tmp_path):
     arrays = reference.google_checkpoint(2)
     arrays["Transformer/encoder_norm/scale"] = arrays["Transformer/encoder_norm/scale"].reshape(1, 1, 1, 32)
