@@ -20,6 +20,7 @@ from export.app_files import check as check_app_files, held_out_files
 from export.images import VERIFY_SAMPLES, load_data  # noqa: F401 (VERIFY_SAMPLES: export_all's verification count)
 from export.contract import artifact_contract, check_keras_accuracy, label_names as _label_names
 from export.fast_path import fast_path
+from export.scores import is_feature_vector
 from export.verify import (MEDIAPIPE_TOKENS, NOISE_HINT, TOKENS_NOTE, Artifact, VerificationError, decision_failure,
                            resized_images, verify)
 from export.web_check import check_available as check_web_available, check_in_browser, runtimes as web_runtimes
@@ -339,6 +340,13 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
         print(TOKENS_NOTE.replace("(batch, tokens, hidden_size)", shape), flush=True)
         if mediapipe and any(fmt == "tflite" for fmt, _ in planned):
             print(f"MediaPipe ImageClassifier check {MEDIAPIPE_TOKENS}", flush=True)
+    elif graph.score_kind == "outputs" and graph.class_names is None and is_feature_vector(graph.model):
+        # a backbone's feature vector (keras-vit-pretrain): the data's images calibrate it; its classes are not the
+        # model's outputs, so it is verified as numbers (max |diff|, cosine), as without --calibration-data
+        print(f"the model outputs a feature vector of {graph.classes} values, not classes: the calibration data's "
+              "images are used, its classes are not", flush=True)
+        label_names, label_source = _label_names(labels, None, graph.classes)
+        eval_labels = None
     else:
         label_names, label_source = _label_names(labels, class_names, graph.classes, graph.class_names)
     if label_source == "numbers":

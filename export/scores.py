@@ -4,6 +4,17 @@ model's own outputs, or a token sequence; and the float64 references of those ac
 SCORES = ("probabilities", "logits")
 
 
+def is_feature_vector(model):
+    """True for a model whose output is one vector an image, `(batch, n)`, with no Dense head: a backbone built
+    with `include_top=False` and a `pooling` (what `keras-vit-pretrain` writes), whose n values are features,
+    not classes."""
+    import keras
+
+    from keras_vit.layers.classifier_head import head_layer
+
+    return len(model.output_shape) == 2 and not isinstance(head_layer(model), keras.layers.Dense)
+
+
 def score_kind(model, scores="probabilities"):
     """What a model's artifact outputs for `scores`, and the activation the graph must add (None if none).
 

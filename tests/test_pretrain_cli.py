@@ -76,6 +76,18 @@ def test_full_patch_target_on_an_image_folder_ignores_the_labels(tmp_path):
     assert metrics["num_train_images"] == 8 and np.isfinite(metrics["loss"]) and metrics["loss"] > 0
     assert metrics["flags"]["image_folder"] == str(tmp_path / "photos")
 
+    # Issue 43, item 8: the backbone (a feature vector of 32 values an image) exports calibrated on the folder it
+    # was pre-trained on; it was refused: "the model has 32 classes but the calibration data set has 2".
+    from export import __main__ as export_cli
+
+    assert export_cli.main([str(out / "backbone.keras"), "--formats", "tflite", "--quantization", "float32,int8",
+                            "--calibration-data", str(tmp_path / "photos"), "--no-latency", "--no-mediapipe",
+                            "--output-dir", str(tmp_path / "export")]) == 0
+    report = json.loads((tmp_path / "export" / "report.json").read_text())
+    assert report["labelled"] is False and report["labels_source"] == "numbers" and report["scores"] == "outputs"
+    assert report["calibration_data"] == str(tmp_path / "photos") and report["num_verification_images"] == 2
+    assert all(row["passed"] for row in report["artifacts"]), report["artifacts"]
+
 
 # Run in a fresh process: the saved backbone is a plain keras_vit model, and the held-out mean-colour accuracy and
 # loss are recomputed with NumPy (targets from the pixels, argmax and cross-entropy over the corrupted patches),
