@@ -39,11 +39,16 @@ def _portrait_folder(root, ext, count=60):
     return root
 
 
+def _held_out_count(folder):
+    """The stratified split's held-out count: round(0.2 n) of each class's n files (keras_vit.data.image_folder)."""
+    return sum(round(0.2 * len(list(d.iterdir()))) for d in folder.iterdir())
+
+
 def test_held_out_files_are_the_verification_images_in_order(tmp_path, trained_vit):
     folder = _portrait_folder(tmp_path / "photos", "jpg")
     _, images, _, _ = load_data(str(folder), trained_vit[0])
     files = held_out_files(str(folder), len(images))
-    assert len(files) == len(images) == 12  # 20% of 60
+    assert len(files) == len(images) == _held_out_count(folder) == 11  # 20% of each class of the 60
     for file, image in zip(files, images):
         upright = data.read_image(file)  # the file, as keras_vit.data decodes it: 16 px, no resize
         np.testing.assert_allclose(upright / 127.5 - 1, image, atol=1e-5)
@@ -56,7 +61,7 @@ def test_portrait_jpegs_pass_and_the_files_agreement_is_reported(tmp_path, train
     export_all(trained_vit[0], str(out), formats="tflite", quantizations="float32", calibration_data=str(folder),
                measure_latency=False)
     report = json.loads((out / "report.json").read_text())
-    assert report["app_files"]["files"] == 12
+    assert report["app_files"]["files"] == _held_out_count(folder)
     assert report["app_files"]["seen_differently"] == [] and report["app_files"]["not_opened"] == []
     (row,) = report["artifacts"]
     assert row["passed"] and row["mediapipe_files_top1_agreement"] >= 0.9  # MediaPipe resizes nothing at 16 px
@@ -64,11 +69,12 @@ def test_portrait_jpegs_pass_and_the_files_agreement_is_reported(tmp_path, train
 
 def test_portrait_pngs_fail_naming_the_file_mediapipe_sees_sideways(tmp_path, trained_vit):
     folder = _portrait_folder(tmp_path / "photos", "png")
-    held_out = held_out_files(str(folder), 12)
+    count = _held_out_count(folder)
+    held_out = held_out_files(str(folder), count)
     turned = [f for f in held_out if int(f.rsplit("/", 1)[1].split(".")[0]) % 4 != 3]  # every 4th has tag 1
-    assert 0 < len(turned) < 12
+    assert 0 < len(turned) < count
     out = tmp_path / "export"
-    with pytest.raises(VerificationError, match=rf"MediaPipe opens {len(turned)} of the 12 verification files as "
+    with pytest.raises(VerificationError, match=rf"MediaPipe opens {len(turned)} of the {count} verification files as "
                                                 r"another picture.*\.png: .*EXIF orientation"):
         export_all(trained_vit[0], str(out), formats="tflite", quantizations="float32", calibration_data=str(folder),
                    measure_latency=False)
