@@ -303,15 +303,13 @@ def _read_image(path, gif_flag, exif_orientation=True, max_pixels=MAX_PIXELS):
     if max_pixels is not None:
         with tf.control_dependencies([_assert_pixels(contents, max_pixels)]):
             contents = tf.identity(contents)
-    if exif_orientation:
-        return exif.apply(_read_contents(contents, gif_flag), exif.orientation(contents))
-    return _read_contents(contents, gif_flag)
+    return _read_contents(contents, gif_flag, exif.orientation(contents) if exif_orientation else None)
 
 
-def _read_contents(contents, gif_flag):
-    """`_read_image` of a file's bytes, without the orientation."""
+def _read_contents(contents, gif_flag, orientation=None):
+    """`_read_image` of a file's bytes; `orientation`: None, or the EXIF value (int scalar tensor) to apply."""
     if gif_flag is None:
-        return _decode_image(contents)
+        return _decode_image(contents, orientation)
 
     def without_transparency():
         flag = tf.io.decode_raw(tf.strings.substr(contents, gif_flag, 1), tf.uint8)[0]
@@ -322,11 +320,19 @@ def _read_contents(contents, gif_flag):
         )
 
     contents = tf.cond(gif_flag >= 0, without_transparency, lambda: contents)
-    return _decode_image(contents)
+    return _decode_image(contents, orientation)
 
 
-def _decode_image(contents):
-    """Decodes JPEG, PNG, BMP or GIF bytes: float32 `(height, width, c)` in [0, 255], c as stored (1 to 4)."""
+def _decode_image(contents, orientation=None):
+    """Decodes JPEG, PNG, BMP, GIF or WebP bytes: float32 `(height, width, c)` in [0, 255], c as stored (1 to 4).
+
+    `orientation`: None, or an EXIF Orientation value (int scalar tensor) applied to the decoded 8- or 16-bit
+    pixels before they become float32 (`keras_vit.data.exif.apply`: a quarter of the bytes to turn).
+    """
+
+    def turn(image):
+        return image if orientation is None else exif.apply(image, orientation)
+
     padded = tf.strings.join([tf.strings.substr(contents, 0, 54), b"\0" * 54])  # 54 bytes even from a shorter file
     head = tf.io.decode_raw(tf.strings.substr(padded, 0, 54), tf.uint8)
     is_jpeg = tf.reduce_all(head[:3] == [0xFF, 0xD8, 0xFF])
@@ -338,10 +344,10 @@ def _decode_image(contents):
         branch,
         [
             # PNG up to 8 bits, 24- and 32-bit BMP, GIF (first frame).
-            lambda: tf.cast(tf.io.decode_image(contents, channels=0, expand_animations=False), tf.float32),
-            lambda: tf.cast(tf.io.decode_jpeg(contents, dct_method="INTEGER_ACCURATE"), tf.float32),
-            lambda: tf.cast(tf.io.decode_png(contents, dtype=tf.uint16), tf.float32) / 257.0,  # 65535 -> 255
-            lambda: _decode_indexed_bmp(contents, head),
+            lambda: tf.cast(turn(tf.io.decode_image(contents, channels=0, expand_animations=False)), tf.float32),
+            lambda: tf.cast(turn(tf.io.decode_jpeg(contents, dct_method="INTEGER_ACCURATE")), tf.float32),
+            lambda: tf.cast(turn(tf.io.decode_png(contents, dtype=tf.uint16)), tf.float32) / 257.0,  # 65535 -> 255
+            lambda: _decode_indexed_bmp(contents, head),  # a BMP carries no EXIF
         ],
     )
 
