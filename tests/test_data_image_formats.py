@@ -252,15 +252,16 @@ def test_a_class_folder_with_no_readable_image_is_refused_by_name(tmp_path):
 
 def test_image_files_in_formats_it_does_not_read_are_named(tmp_path, caplog):
     rng = np.random.default_rng(0)
-    for name in ("a", "b"):
+    for name in ("a", "b"):  # two images a class: the split below holds out one of each (stratified)
         (tmp_path / name).mkdir()
         _pil_image("RGB", rng).save(tmp_path / name / "0.png")
+        _pil_image("RGB", rng).save(tmp_path / name / "9.png")
     _pil_image("RGB", rng).save(tmp_path / "b" / "1.tiff")
     (tmp_path / "b" / "2.heic").write_bytes(b"not decoded")
     (tmp_path / "b" / "notes.txt").write_text("not an image: not named")
     with caplog.at_level("WARNING", logger="keras_vit.data"):
         ds = data.from_directory(tmp_path, image_size=8)
-    assert ds.num_examples == 2
+    assert ds.num_examples == 4
     (record,) = [r for r in caplog.records if r.name == "keras_vit.data"]
     assert "2 image files in a format keras_vit does not read" in record.getMessage()
     assert "b/1.tiff" in record.getMessage() and "b/2.heic" in record.getMessage()

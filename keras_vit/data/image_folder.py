@@ -113,9 +113,9 @@ def list_image_folder(directory, validation_split=None, subset=None, seed=None, 
 
 
 def stratified_split(labels, validation_split, class_names, directory):
-    """Which files are held out: `round(validation_split * n)` of each class's n files, the first of its files in
-    the listing's seeded shuffle (`index_directory(shuffle=True, seed=...)`), so that every class keeps its share
-    in both subsets. Keras' own split (`get_training_or_validation_split`) cuts the shuffled list once, so a class
+    """Which files are held out: `validation_split * n` (rounded half up) of each class's n files, the first of
+    its files in the listing's seeded shuffle (`index_directory(shuffle=True, seed=...)`), so that every class
+    keeps its share in both subsets. Keras' own split (`get_training_or_validation_split`) cuts the shuffled list once, so a class
     with one or two files can land wholly in the held-out part and train a head for a class it never saw.
 
     Returns a list of bool, one per file. Raises ValueError naming each class left with no training file.
@@ -126,7 +126,7 @@ def stratified_split(labels, validation_split, class_names, directory):
     held_out = [False] * len(labels)
     starved = []
     for label, files in sorted(by_class.items()):
-        count = int(round(validation_split * len(files)))
+        count = int(validation_split * len(files) + 0.5)  # rounded half up (Python's round(0.5) is 0)
         if count >= len(files):
             starved.append(f"{class_names[label]!r} ({len(files)} file{'s' if len(files) > 1 else ''})")
         for i in files[:count]:
