@@ -405,11 +405,12 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
         if web_check:
             print(f"verifying {len(artifacts)} artifacts in headless Chromium ...", flush=True)
             check_in_browser(graph, artifacts, results, eval_images, eval_labels, measure_latency)
-        files = held_out_files(calibration_data, len(eval_images)) if mediapipe and not tokens else None
+        files = held_out_files(calibration_data, len(eval_images)) if (mediapipe or web_check) and not tokens else None
         app_files = None
         if files and any(row["format"] == "tflite" for row in results):  # as an app opens them (export.app_files)
-            print(f"opening the {len(files)} verification files as MediaPipe does ...", flush=True)
-            app_files = check_app_files(graph, results, files, eval_images)
+            apps = " and ".join(["MediaPipe"] * mediapipe + ["the --web page"] * web_check)
+            print(f"opening the {len(files)} verification files as {apps} does ...", flush=True)
+            app_files = check_app_files(graph, results, files, eval_images, web=web_check, mediapipe=mediapipe)
         for row in results:
             row["contract"] = artifact_contract(row["path"], row["format"], graph)
             if row["quantization"] == "float32_fused":  # what onnxruntime's optimizer fused (Attention, Gelu, ...)

@@ -110,6 +110,9 @@ def runtimes():
             "onnx": f"onnxruntime-web {package_version(PACKAGES[1])} (WASM)"}
 
 
+GRID = 8  # Browser.file_views: cells a side whose mean colours compare a file's two decodings
+
+
 class _Handler(http.server.SimpleHTTPRequestHandler):
     """Static files with the headers that make the page cross-origin isolated (WASM threads need SharedArrayBuffer)."""
 
@@ -224,6 +227,16 @@ class Browser:
             "([url, b64, n, h, w, classes, runs]) => mediapipeScores(url, b64, n, h, w, classes, runs)",
             [self._url(path), base64.b64encode(frames.tobytes()).decode(), n, h, w, classes, runs])
         return np.asarray(result["scores"], "float32").reshape(n, classes), list(result["times"])
+
+    def file_views(self, files, grid=GRID):
+        """Each image file as the `--web` page opens it (`createImageBitmap`, upright by its EXIF orientation, no
+        colour-space conversion): a list of `{"width", "height", "means"}` (means: float `(grid, grid, 3)`, the
+        mean R, G, B of each cell in [0, 255]) or `{"error": why}`, one per file."""
+        views = self.page.evaluate("([urls, grid]) => fileViews(urls, grid)", [[self._url(f) for f in files], grid])
+        for view in views:
+            if "means" in view:
+                view["means"] = np.asarray(view["means"], "float32").reshape(grid, grid, 3)
+        return views
 
     def onnx_outputs(self, path, images, threads=1, runs=0, page=None):
         """onnxruntime-web (WASM, `threads` threads) on float32 `images` `(n, h, w, c)`, one image a call (in

@@ -40,8 +40,8 @@ def _portrait_folder(root, ext, count=60):
 
 
 def _held_out_count(folder):
-    """The stratified split's held-out count: round(0.2 n) of each class's n files (keras_vit.data.image_folder)."""
-    return sum(round(0.2 * len(list(d.iterdir()))) for d in folder.iterdir())
+    """The stratified split's held-out count: 0.2 n, rounded half up, of each class's n files (keras_vit.data)."""
+    return sum(int(0.2 * len(list(d.iterdir())) + 0.5) for d in folder.iterdir())
 
 
 def test_held_out_files_are_the_verification_images_in_order(tmp_path, trained_vit):
@@ -82,3 +82,50 @@ def test_portrait_pngs_fail_naming_the_file_mediapipe_sees_sideways(tmp_path, tr
     seen = report["app_files"]["seen_differently"]
     assert sorted(s["file"] for s in seen) == sorted(turned)  # the files of tag 1 read the same
     assert not (out / "model_float32.tflite").exists()  # a failed file is not left where an app would take it
+
+
+def _tagged(path, fmt, value, picture):
+    tags = Image.Exif()
+    tags[0x0112] = value
+    Image.fromarray(picture).save(path, fmt, exif=tags.tobytes(), **({"quality": 95} if fmt == "JPEG" else
+                                                                       {"lossless": True} if fmt == "WEBP" else {}))
+    return str(path)
+
+
+def test_the_browser_opens_jpeg_and_png_photos_upright_as_keras_vit_data_and_webp_ones_not(tmp_path):
+    """Issue 43, item 2: the files opened as the --web page opens them (createImageBitmap, from-image), compared with
+    keras_vit.data's decoding. Measured with Chromium 156 (Debian 12): EXIF Orientation is applied to JPEG and PNG files
+    and not to WebP files, which keras_vit.data (as PIL's exif_transpose) turns: so those fail, naming the file."""
+    pytest.importorskip("playwright")
+    from export.app_files import browser_seen_differently
+    from export.web_check import missing
+
+    if missing():
+        pytest.skip(f"the browser runtime is missing: {missing()}")
+    blocks = np.random.default_rng(0).integers(0, 256, (6, 10, 3))
+    picture = np.kron(blocks, np.ones((8, 8, 1))).astype(np.uint8)  # 48 x 80, no symmetry
+    files = {(fmt, v): _tagged(tmp_path / f"{v}.{fmt.lower()}", fmt, v, picture)
+             for fmt in ("JPEG", "PNG", "WEBP") for v in (1, 3, 6, 8)}
+    files["PNG", "grey"] = str(tmp_path / "grey.png")
+    Image.fromarray(picture[..., 0]).save(files["PNG", "grey"])
+    different, unopened = browser_seen_differently(list(files.values()))
+    assert unopened == []
+    why = dict(different)
+    assert sorted(why) == sorted(files["WEBP", v] for v in (3, 6, 8))
+    assert why[files["WEBP", 6]] == "the browser reads 80x48 pixels, keras_vit.data 48x80"
+    assert why[files["WEBP", 3]].startswith("its 8x8 cells' colours differ by ")
+
+
+def test_cell_means_split_rows_and_columns_as_the_browser_does():
+    from export.app_files import cell_means
+
+    image = np.random.default_rng(1).uniform(0, 255, (13, 7, 3))
+    expected = np.zeros((4, 4, 3))
+    for r in range(4):
+        for c in range(4):
+            rows = [y for y in range(13) if y * 4 // 13 == r]
+            cols = [x for x in range(7) if x * 4 // 7 == c]
+            expected[r, c] = image[np.ix_(rows, cols)].reshape(-1, 3).mean(0)
+    np.testing.assert_allclose(cell_means(image, 4), expected, rtol=1e-12)
+    grey = image[..., :1]
+    np.testing.assert_allclose(cell_means(grey, 4), np.repeat(cell_means(np.repeat(grey, 3, -1), 4)[..., :1], 3, -1))

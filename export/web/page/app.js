@@ -64,7 +64,8 @@ function pick(file) {
     image.hidden = false;
     // MediaPipe is given the file's decoded picture at its natural size, turned upright by its EXIF Orientation
     // as keras_vit.data and the preview do (docs/app_contract.md), never the CSS-scaled preview itself.
-    createImageBitmap(file, {imageOrientation: "from-image"}).then((bitmap) => {
+    // No colour-space conversion: keras_vit.data (training) reads the stored values, not colour-managed ones.
+    createImageBitmap(file, {imageOrientation: "from-image", colorSpaceConversion: "none"}).then((bitmap) => {
       classify(bitmap, file.name);
       bitmap.close();
     }, (error) => say(`${file.name} could not be decoded: ${firstLine(error)}`, true));
