@@ -2,7 +2,8 @@
 
 The loaders and their contract are in `loaders.py` (read its docstring first); `pipeline.py` is the tail
 every loader ends in, `image_files.py` checks and decodes files (`exif.py` reads and applies their EXIF
-orientation), `subsets.py` draws stratified subsets.
+orientation), `image_folder.py` lists and splits a folder, `arrays.py` checks `from_arrays`' arrays,
+`subsets.py` draws stratified subsets.
 """
 
 from keras_vit.data.loaders import (  # noqa: F401

@@ -41,6 +41,7 @@ from keras_vit.data.image_files import (  # noqa: E402
 )
 from keras_vit.data.image_folder import IMAGE_EXTENSIONS, count_images, list_image_folder  # noqa: E402, F401
 from keras_vit.data.subsets import _labels_subset, stratified_subset  # noqa: E402, F401 (public here)
+from keras_vit.data.arrays import check_labels, to_pixels  # noqa: E402
 from keras_vit.common.validation import check_choice  # noqa: E402
 
 AUGMENTATIONS = _pipeline.AUGMENTATIONS
@@ -228,13 +229,13 @@ def from_arrays(
             "`images` must have shape (n, height, width) or (n, height, width, 1 or 3). "
             f"Received: images with shape {images.shape}"
         )
-    images = _to_pixels(images, input_range)
+    images = to_pixels(images, input_range)
     if labels is None:
         if labels_fraction is not None:
             raise ValueError(f"`labels_fraction` needs `labels`. Received: labels=None, labels_fraction={labels_fraction!r}")
         ds = tf.data.Dataset.from_tensor_slices(images)
     else:
-        labels = _check_labels(labels, len(images), class_names)
+        labels = check_labels(labels, len(images), class_names)
         keep = _labels_subset(labels, labels_fraction, seed, class_names)
         if keep is not None:
             images, labels = images[keep], labels[keep]
@@ -242,59 +243,6 @@ def from_arrays(
     mixing = _pipeline.augmentations(rand_augment, random_erasing, mixup_alpha, cutmix_alpha, class_names, labels,
                            labelled=labels is not None)
     return _pipeline.finish(ds, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(images), **mixing)
-
-
-INPUT_RANGES = ((0, 255), (0, 1), (-1, 1))
-
-
-def _to_pixels(images, input_range):
-    """`images` in `input_range` as pixels in [0, 255] (unchanged for (0, 255)); raises ValueError naming
-    `input_range` for another range, values outside it, or float images given as (0, 255) that are plainly
-    scaled already (all in [-1, 1], some not whole)."""
-    try:
-        input_range = tuple(float(v) for v in input_range)
-    except (TypeError, ValueError):
-        input_range = None
-    if input_range not in INPUT_RANGES:
-        raise ValueError(f"`input_range` must be one of {', '.join(map(str, INPUT_RANGES))}. "
-                         f"Received: input_range={input_range!r}")
-    if images.size == 0 or images.dtype.kind not in "iufb":
-        return images
-    low, high = float(np.min(images)), float(np.max(images))
-    lo, hi = input_range
-    if not (np.isfinite(low) and np.isfinite(high)) or low < lo - 1e-3 or high > hi + 1e-3:
-        raise ValueError(
-            f"`images` must hold pixels in input_range={(int(lo), int(hi))}. Received: values from {low:g} to {high:g}"
-            + (f"; pass input_range={(0, 1) if low >= 0 else (-1, 1)} for images scaled so"
-               if low >= -1 and high <= 1 and input_range == (0, 255) else ""))
-    if input_range == (0, 255):
-        if images.dtype.kind == "f" and low >= -1.0 and high <= 1.0 and np.any(images != np.round(images)):
-            raise ValueError(
-                f"`images` look scaled already (float values from {low:g} to {high:g}, not whole pixel values), but "
-                f"input_range=(0, 255) (the default) takes pixels in [0, 255]; pass input_range="
-                f"{(0, 1) if low >= 0 else (-1, 1)} so that they are not scaled twice")
-        return images
-    return ((images.astype("float32") - lo) * (255.0 / (hi - lo))).astype("float32")
-
-
-def _check_labels(labels, count, class_names):
-    """Returns labels as int32 after checking shape, integrality, range and `class_names`."""
-    labels = np.asarray(labels)
-    if labels.shape != (count,):
-        raise ValueError(
-            f"`labels` must have shape ({count},), one label per image. Received: labels with shape {labels.shape}"
-        )
-    if labels.dtype.kind not in "iuf" or (labels.dtype.kind == "f" and np.any(labels != np.round(labels))):
-        raise ValueError(
-            f"`labels` must be integer class indices. Received: labels of dtype {labels.dtype}, e.g. {labels[:3].tolist()}"
-        )
-    if count and labels.min() < 0:
-        raise ValueError(f"`labels` must be class indices >= 0. Received: a label of {labels.min()}")
-    if class_names is not None and count and labels.max() >= len(class_names):
-        raise ValueError(
-            f"`labels` must be < len(class_names) = {len(class_names)}. Received: a label of {labels.max()}"
-        )
-    return labels.astype("int32")
 
 
 def from_directory(
