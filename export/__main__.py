@@ -121,8 +121,8 @@ def _main(argv):
         if args.web_check:
             check_available()
         if args.web is not None:
-            _files.check_writable_folder(args.web, "--web")
             check_page_target(args.web, args.output_dir, args.overwrite)
+            _files.check_writable_folder(args.web, "--web")
             check_page_runtime()
             if "tflite" not in formats:
                 raise ValueError(f"--web runs a .tflite file: add tflite to --formats. Received: --formats={args.formats}")
