@@ -7,6 +7,10 @@ and `from_directory` must give a folder of EXIF-rotated files the pixels of the 
 """
 
 import io
+import struct
+import subprocess
+import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -79,6 +83,44 @@ def test_files_without_a_tag_or_cut_short_read_as_stored(head, tmp_path):
     np.testing.assert_array_equal(_decoded(path), _decoded(path, orientation=False))
 
 
+def _png_chunk(kind, body):
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+@pytest.mark.parametrize("value", [6, 3])
+def test_exif_after_more_than_64_kib_of_other_metadata_is_read(value, tmp_path):
+    """From a fresh-user review: a JPEG whose ICC profile (three 60 KiB APP2 segments) comes before its Exif
+    segment, and a PNG with a 100 KiB text chunk before its eXIf chunk, read as stored: only the first 64 KiB
+    were searched. Both must read as PIL shows them."""
+    _save(tmp_path / "plain.jpg", _picture(), "JPEG", value)
+    stored = (tmp_path / "plain.jpg").read_bytes()
+    icc = b"".join(b"\xff\xe2" + struct.pack(">H", 2 + 60 * 1024) + bytes(60 * 1024) for _ in range(3))
+    (tmp_path / "icc_first.jpg").write_bytes(stored[:2] + icc + stored[2:])  # after the start of image
+    _save(tmp_path / "plain.png", _picture(), "PNG", value)
+    stored = (tmp_path / "plain.png").read_bytes()
+    text = _png_chunk(b"tEXt", b"Comment\0" + bytes(range(32, 127)) * 1100)
+    (tmp_path / "text_first.png").write_bytes(stored[:33] + text + stored[33:])  # after the 8-byte signature and IHDR
+    for name in ("icc_first.jpg", "text_first.png"):
+        path = tmp_path / name
+        assert path.stat().st_size > 100 * 1024
+        with Image.open(path) as image:
+            assert image.getexif().get(0x0112) == value
+        assert int(exif.orientation(tf.io.read_file(str(path)))) == value, name
+        np.testing.assert_array_equal(_decoded(path), _pil_upright(path))
+
+
+def test_a_big_endian_orientation_stored_as_long_is_read(tmp_path):
+    """From a fresh-user review: some writers store the Orientation as a LONG (type 4), not a SHORT; in a
+    big-endian ("MM") file its value then sits in the last 2 of the entry's 4 value bytes."""
+    entry = struct.pack(">HHII", 0x0112, 4, 1, 6)
+    tiff = b"Exif\0\0" + b"MM\0\x2a" + struct.pack(">I", 8) + struct.pack(">H", 1) + entry + b"\0" * 4
+    Image.fromarray(_picture()).save(tmp_path / "long.jpg", quality=95, exif=tiff)
+    with Image.open(tmp_path / "long.jpg") as image:
+        assert image.getexif().get(0x0112) == 6
+    assert int(exif.orientation(tf.io.read_file(str(tmp_path / "long.jpg")))) == 6
+    np.testing.assert_array_equal(_decoded(tmp_path / "long.jpg"), _pil_upright(tmp_path / "long.jpg"))
+
+
 @pytest.mark.parametrize("value", [0, 9, 65535])
 def test_an_orientation_out_of_range_reads_as_stored(value, tmp_path):
     path = _save(tmp_path / "odd.png", _picture(), "PNG", value)
@@ -102,6 +144,24 @@ def test_from_directory_sees_rotated_photos_as_the_upright_pictures(tmp_path):
     np.testing.assert_allclose(turned, reference, atol=1e-6)
     (stored, _), = data.from_directory(str(rotated), exif_orientation=False, **kw)
     assert np.abs(stored.numpy() - reference.numpy()).max() > 0.5  # off: the sideways pixels
+
+
+def test_reading_rotated_photos_logs_no_error_line(tmp_path):
+    """TensorFlow's oneDNN Transpose logs "E... oneDNN supports DT_UINT8 only on platforms with AVX-512" for any
+    integer tensor on this project's AMD EPYC (which has AVX-512): the orientation turns float32 pixels, so a user's
+    notebook or `keras-vit-train --verbose 0` shows no ERROR line for a folder of photos. A fresh process: the line
+    is logged once per process."""
+    for k, value in enumerate([1, 6, 8, 3]):
+        (tmp_path / f"c{k % 2}").mkdir(exist_ok=True)
+        _save(tmp_path / f"c{k % 2}" / f"{k}.jpg", _picture(seed=k), "JPEG", value)
+    code = ("import sys; from keras_vit import data\n"
+            "(x, y), = data.from_directory(sys.argv[1], image_size=16, batch_size=4)\n"
+            "print(x.shape, data.read_image(sys.argv[2]).shape)")
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(tmp_path / "c1" / "1.jpg")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["(4,", "16,", "16,", "3)", "(20,", "12,", "3)"]  # tag 6: 12 x 20 stored, turned
+    assert [line for line in run.stderr.splitlines() if line.startswith("E0000") and "cuInit" not in line] == []
 
 
 def test_exif_orientation_takes_only_a_bool(tmp_path):

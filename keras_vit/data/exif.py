@@ -27,9 +27,14 @@ orientation)` turns a decoded `(height, width, c)` image upright, as PIL's
     7 transversed        8 turned 90 degrees counter-clockwise
 
 Every other value (none, 0, 9 and up, a damaged or cut-short structure) reads
-as 1: the stored pixels. Only the first `HEAD_BYTES` of a JPEG or PNG are
-searched (EXIF sits at the start of both); a WebP is searched whole (its
-EXIF chunk usually comes after the image data).
+as 1: the stored pixels. The first `HEAD_BYTES` of a JPEG or PNG are
+searched (EXIF sits at the start of both), the whole file where they hold
+neither the EXIF marker nor the start of the image data (an ICC profile or
+text chunks of more than 64 KiB before the EXIF); a WebP is searched whole
+(its EXIF chunk usually comes after the image data). Not read (PIL reads
+both; whether an app does is `keras-vit-export`'s app check to find): a PNG's
+eXIf chunk after its image data, and ImageMagick's "Raw profile type exif"
+text chunk.
 """
 
 from keras_vit.common.backend import tensorflow
@@ -66,7 +71,11 @@ def _tiff_orientation(block):
     entries = ifd + 2 + 12 * tf.range(count, dtype=tf.int64)
     hits = tf.where(tf.equal(_read(b, entries, 2, big), _ORIENTATION_TAG))[:, 0]
     hit = tf.concat([hits, [-1]], 0)[0]  # the first entry, or -1
-    value = _read(b, tf.gather(tf.concat([entries, [0]], 0), tf.maximum(hit, 0)) + 8, 2, big)
+    entry = tf.gather(tf.concat([entries, [0]], 0), tf.maximum(hit, 0))
+    # type SHORT (3), as the Exif standard says, or LONG (4), as some writers store it: a value that fits in the
+    # entry's 4 bytes sits at their start, so a big-endian LONG's value is in its last 2 of them
+    wide = big & tf.equal(_read(b, entry + 2, 2, big), 4)
+    value = _read(b, entry + tf.where(wide, tf.constant(10, tf.int64), 8), 2, big)
     return tf.where(valid & (hit >= 0) & (value >= 1) & (value <= 8), value, 1)
 
 
@@ -125,19 +134,24 @@ def orientation(contents):
     is_webp = tf.equal(tf.strings.substr(contents, 0, 4), b"RIFF") & tf.equal(
         _substr(contents, tf.constant(8, tf.int64), 8), b"WEBPVP8X")
     head = tf.strings.substr(contents, 0, HEAD_BYTES)
-    # No branch ops (a tf.cond or switch_case in a tf.data map costs more than these searches): the offset of the
-    # file's own format is picked, and only the WebP search reads past the head.
-    whole = tf.strings.substr(contents, 0, tf.where(is_webp, tf.strings.length(contents), 0))  # "" but for a WebP
-    webp = tf.where(is_webp, _webp_tiff(whole), -1)
-    tiff = tf.where(is_jpeg, _jpeg_tiff(contents, head), tf.where(is_png, _png_tiff(head), webp))
-    return _tiff_at(contents, tiff)
+    # A JPEG's metadata segments end at its start of scan (0xFFDA), a PNG's EXIF before its first IDAT: where the
+    # head holds neither the EXIF marker nor that end (an ICC profile or text of more than the head before them),
+    # the whole file is searched; a WebP always is. No branch ops (a tf.cond or switch_case in a tf.data map costs
+    # more than these searches): the search region's length is picked, and the offset of the file's own format.
+    past_head = (is_jpeg & (_find(head, b"Exif\0\0") < 0) & (_find(head, b"\xff\xda") < 0)) | (
+        is_png & (_find(head, b"eXIf") < 0) & (_find(head, b"IDAT") < 0))
+    length = tf.where(is_webp | past_head, tf.strings.length(contents), tf.where(is_jpeg | is_png, HEAD_BYTES, 0))
+    region = tf.strings.substr(contents, 0, length)  # "" for other formats
+    tiff = tf.where(is_jpeg, _jpeg_tiff(contents, region), tf.where(is_png, _png_tiff(region), _webp_tiff(region)))
+    return _tiff_at(contents, tf.where(is_jpeg | is_png | is_webp, tiff, -1))
 
 
 def apply(image, value):
     """Turns a decoded image upright by its EXIF Orientation `value` (1..8), as `PIL.ImageOps.exif_transpose`.
 
     Args:
-        image: `(height, width, c)` tensor, any dtype.
+        image: `(height, width, c)` tensor, any dtype; float32 in `keras_vit.data` (an integer tensor makes
+            TensorFlow log an ERROR line on some CPUs, see below).
         value: int scalar tensor, 1 to 8 (others leave `image` as it is).
 
     Returns:
@@ -150,4 +164,9 @@ def apply(image, value):
     # transpose and an empty reverse pass the image through).
     perm = tf.where(value >= 5, tf.constant([1, 0, 2]), tf.constant([0, 1, 2]))
     flips = tf.stack([tf.reduce_any(tf.equal(value, [3, 4, 7, 8])), tf.reduce_any(tf.equal(value, [2, 3, 6, 7]))])
-    return tf.reverse(tf.transpose(image, perm), tf.boolean_mask(tf.constant([0, 1]), flips))
+    # ConjugateTranspose is Transpose for real numbers, but Grappler does not move a Cast past it: after
+    # `tf.cast(uint8_image, tf.float32)`, its ArithmeticOptimizer turns tf.transpose's float32 input back into
+    # uint8 (a quarter of the bytes), and oneDNN's Transpose then logs an ERROR line ("oneDNN supports DT_UINT8
+    # only on platforms with AVX-512") on this project's AMD EPYC, which has AVX-512 (docs/traps.md).
+    turned = tf.raw_ops.ConjugateTranspose(x=image, perm=perm)
+    return tf.reverse(turned, tf.boolean_mask(tf.constant([0, 1]), flips))

@@ -42,7 +42,7 @@ _BMP_COMPRESSIONS = {
 }
 
 
-def _check_image_file(path):
+def _check_image_file(path, holder="`directory` holds"):
     """Reads the start of a .bmp, .gif or .webp file; refuses a BMP `_decode_image` cannot decode, and an
     animated WebP.
 
@@ -50,7 +50,7 @@ def _check_image_file(path):
     control extension of a GIF's first frame, or -1 (no such flag, or not a
     GIF). Raises ValueError naming the file for a BMP that `_decode_image`
     cannot read, or an animated WebP (TensorFlow's decoder aborts the process
-    on one).
+    on one); the message begins with `holder` ("`path` is" for one file).
     """
     if not path.lower().endswith((".bmp", ".gif", ".webp")):
         return -1
@@ -60,14 +60,14 @@ def _check_image_file(path):
         # The animation flag of the VP8X chunk (WebP container specification): TensorFlow's WebP decoder
         # corrupts the heap on such a file and aborts the process, so it is refused before any decoding.
         raise ValueError(
-            f"`directory` holds an animated WebP, which keras_vit.data cannot decode; save its first frame as a "
+            f"{holder} an animated WebP, which keras_vit.data cannot decode; save its first frame as a "
             f"still image (e.g. PNG or a still WebP). Received: a file {path!r}"
         )
     if head[:2] == b"BM":
         problem = _bmp_problem(head)
         if problem:
             raise ValueError(
-                f"`directory` holds a {problem}, which keras_vit.data cannot decode; convert it, e.g. to PNG. "
+                f"{holder} a {problem}, which keras_vit.data cannot decode; convert it, e.g. to PNG. "
                 f"Received: a file {path!r}"
             )
     elif head[:4] == b"GIF8":
@@ -237,8 +237,8 @@ def _assert_pixels(contents, max_pixels):
     """An op that fails, saying the image's size and the limit, when its header gives more than `max_pixels`."""
     width, height = _header_size(contents)
     message = tf.strings.format(
-        "it is {} x {} pixels, more than the limit of " + f"{max_pixels:,d}" + " (max_pixels= of keras_vit.data's "
-        "from_directory and read_image; None: no limit): a file this size may be a decompression bomb",
+        "it is {} x {} pixels, more than the limit of " + f"{max_pixels:,d} (max_pixels={max_pixels}, of "
+        "keras_vit.data's from_directory and read_image; None: no limit): a file this size may be a decompression bomb",
         (width, height))
     return tf.debugging.Assert(width * height <= max_pixels, [message])
 
@@ -265,7 +265,7 @@ def read_image(path, *, exif_orientation=True, max_pixels=MAX_PIXELS):
     """
     path = str(path)
     check_max_pixels(max_pixels)
-    gif_flag = _check_image_file(path)
+    gif_flag = _check_image_file(path, "`path` is")
     key = (exif_orientation, max_pixels)
     if key not in _READERS:  # one traced function a setting: a file in about a millisecond
         _READERS[key] = tf.function(
@@ -326,11 +326,14 @@ def _read_contents(contents, gif_flag, orientation=None):
 def _decode_image(contents, orientation=None):
     """Decodes JPEG, PNG, BMP, GIF or WebP bytes: float32 `(height, width, c)` in [0, 255], c as stored (1 to 4).
 
-    `orientation`: None, or an EXIF Orientation value (int scalar tensor) applied to the decoded 8- or 16-bit
-    pixels before they become float32 (`keras_vit.data.exif.apply`: a quarter of the bytes to turn).
+    `orientation`: None, or an EXIF Orientation value (int scalar tensor) applied to the float32 pixels
+    (`keras_vit.data.exif.apply`). Not to the decoded 8- or 16-bit ones, a quarter or half of the bytes: on this
+    project's AMD EPYC, TensorFlow's oneDNN Transpose logs an ERROR line ("oneDNN supports DT_UINT8 only on
+    platforms with AVX-512", then falls back to Eigen) for an integer tensor, identity permutations too.
     """
 
     def turn(image):
+        image = tf.cast(image, tf.float32)
         return image if orientation is None else exif.apply(image, orientation)
 
     padded = tf.strings.join([tf.strings.substr(contents, 0, 54), b"\0" * 54])  # 54 bytes even from a shorter file
@@ -344,9 +347,9 @@ def _decode_image(contents, orientation=None):
         branch,
         [
             # PNG up to 8 bits, 24- and 32-bit BMP, GIF (first frame).
-            lambda: tf.cast(turn(tf.io.decode_image(contents, channels=0, expand_animations=False)), tf.float32),
-            lambda: tf.cast(turn(tf.io.decode_jpeg(contents, dct_method="INTEGER_ACCURATE")), tf.float32),
-            lambda: tf.cast(turn(tf.io.decode_png(contents, dtype=tf.uint16)), tf.float32) / 257.0,  # 65535 -> 255
+            lambda: turn(tf.io.decode_image(contents, channels=0, expand_animations=False)),
+            lambda: turn(tf.io.decode_jpeg(contents, dct_method="INTEGER_ACCURATE")),
+            lambda: turn(tf.io.decode_png(contents, dtype=tf.uint16)) / 257.0,  # 65535 -> 255
             lambda: _decode_indexed_bmp(contents, head),  # a BMP carries no EXIF
         ],
     )
