@@ -173,6 +173,31 @@ def _check_model_flags(args):
             raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1). Received: {value}")
 
 
+def _check_data_source_flags(args):
+    """Raises ValueError naming a data flag that the chosen source would ignore (each was ignored silently).
+
+    --train-split, --validation-split and --tfds-data-dir are --tfds's; --validation-fraction is --image-folder's
+    (digits and TFDS data sets have a held-out split of their own), and so is --max-pixels. A flag left at its
+    default passes.
+    """
+    tfds_flags = [f"{flag} {value}" for flag, value, default in (
+        ("--train-split", args.train_split, "train"), ("--validation-split", args.validation_split, "test"),
+        ("--tfds-data-dir", args.tfds_data_dir, None)) if value != default]
+    if tfds_flags and not args.tfds:
+        source = f"--image-folder {args.image_folder}" if args.image_folder else "the digits (the default data)"
+        hint = ("; hold out a share of the folder with --validation-fraction (default 0.2)" if args.image_folder else
+                "; train on a TFDS data set with --tfds NAME")
+        raise ValueError(f"{', '.join(tfds_flags)}: {'these flags name' if len(tfds_flags) > 1 else 'this flag names'} "
+                         f"--tfds splits or data, and the data is {source}{hint}")
+    if args.max_pixels is not None and not args.image_folder:
+        raise ValueError(f"--max-pixels {args.max_pixels} limits the images of --image-folder, and the data is "
+                         f"{'--tfds ' + args.tfds if args.tfds else 'the digits'}")
+    if args.validation_fraction != 0.2 and not args.image_folder:
+        split = "--validation-split (a TFDS split name)" if args.tfds else "their fixed held-out split"
+        raise ValueError(f"--validation-fraction {args.validation_fraction} holds out a share of --image-folder, and "
+                         f"the data is {'--tfds ' + args.tfds if args.tfds else 'the digits'}: use {split}")
+
+
 def _load_data(args, image_size, batch_size, settings=None):
     """(training, held-out) pipelines of `keras_vit.data` for the data flags; --labels-fraction subsets the first.
 
@@ -190,6 +215,8 @@ def _load_data(args, image_size, batch_size, settings=None):
     # keras_vit.data's errors name its parameters (labels_fraction=0.1 ...); the command line writes them as flags
     if args.image_folder:
         split = {"validation_split": args.validation_fraction, "directory": args.image_folder}
+        if args.max_pixels is not None:
+            split["max_pixels"] = args.max_pixels
         train = data.from_directory(subset="training", **training, **split, **common)
     elif args.tfds:
         tfds_args = {"data_dir": args.tfds_data_dir, **common}
@@ -252,6 +279,7 @@ def _check_run_args(args, outputs):
         raise ValueError(f"--learning-rate must be > 0. Received: {args.learning_rate}")
     if not 0 <= args.validation_fraction < 1 or (args.image_folder and args.validation_fraction == 0):
         raise ValueError(f"--validation-fraction must be in (0, 1). Received: {args.validation_fraction}")
+    _check_data_source_flags(args)
     warmup_epochs = 0.06 * args.epochs if args.warmup_epochs is None else args.warmup_epochs
     if warmup_epochs < 0 or warmup_epochs >= args.epochs:
         raise ValueError(f"--warmup-epochs must be in [0, --epochs={args.epochs}). Received: {args.warmup_epochs}")

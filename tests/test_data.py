@@ -321,5 +321,11 @@ def test_from_arrays_refuses_values_outside_the_range_and_other_ranges():
         data.from_arrays(np.concatenate([images, images * 400]), [0, 1, 0, 1], image_size=8, input_range=(0, 1))
     with pytest.raises(ValueError, match=r"`input_range` must be one of \(0, 255\), \(0, 1\), \(-1, 1\)"):
         data.from_arrays(images, [0, 1], image_size=8, input_range=(0, 2))
+    # from a fresh-user review: NaN gave "values from nan to nan", and a bool mask was taken as pixels 0 and 1
+    with pytest.raises(ValueError, match=r"`images` must hold finite pixel values. Received: 1 NaN or infinite value "
+                                         r"\(of 384\)"):
+        data.from_arrays(np.where(np.arange(384).reshape(2, 8, 8, 3) == 7, np.nan, images), [0, 1], image_size=8)
+    with pytest.raises(ValueError, match=r"`images` must hold pixel values, and they are bool \(a mask\?\)"):
+        data.from_arrays(images > 0, [0, 1], image_size=8)
     black = np.zeros((2, 8, 8, 3), "uint8")  # whole values in [0, 1] are pixels: a black image is not refused
     assert data.from_arrays(black, [0, 1], image_size=8).num_examples == 2

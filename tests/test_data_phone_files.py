@@ -89,8 +89,10 @@ def test_an_animated_webp_is_refused_by_name_and_a_still_one_reads(tmp_path):
     frames[0].save(root / "b" / "moving.webp", save_all=True, append_images=frames[1:], duration=100)
     with Image.open(root / "b" / "moving.webp") as image:
         assert image.is_animated
-    with pytest.raises(ValueError, match=r"animated WebP.*save its first frame.*moving\.webp"):
+    with pytest.raises(ValueError, match=r"`directory` holds an animated WebP.*save its first frame.*moving\.webp"):
         data.from_directory(root, image_size=8)
+    with pytest.raises(ValueError, match=r"^`path` is an animated WebP, which keras_vit.data cannot decode"):
+        data.read_image(root / "b" / "moving.webp")
 
 
 def test_a_held_out_folder_without_a_class_keeps_the_labels_of_the_others(tmp_path):

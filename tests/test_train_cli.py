@@ -4,6 +4,7 @@ import json
 import os
 
 import pytest
+from PIL import Image
 
 from keras_vit import train
 
@@ -104,6 +105,54 @@ def test_checks_that_need_no_data_run_before_the_data_is_read(tmp_path, capsys, 
         with pytest.raises(SystemExit) as exit_info:
             train.main([*args, "--output-dir", str(tmp_path / "run")])
         assert exit_info.value.code == 2 and f"error: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module", ["train", "pretrain"])
+def test_a_data_flag_the_source_would_ignore_is_refused(module, tmp_path, capsys, monkeypatch):
+    """From a fresh-user review (issue 43): --validation-split (a TFDS split name), --train-split and --tfds-data-dir
+    with --image-folder, and --validation-fraction with the digits, were ignored without a word."""
+    import importlib
+
+    command = importlib.import_module(f"keras_vit.{module}")
+
+    def unread(*args):
+        raise AssertionError("the data were read")
+
+    monkeypatch.setattr(train, "_load_data", unread)
+    monkeypatch.setattr(command, "_load_data", unread)
+    folder = str(tmp_path / "photos")
+    for args, message in (
+        (["--image-folder", folder, "--validation-split", "0.1"], "--validation-split 0.1: this flag names --tfds "
+         "splits or data, and the data is --image-folder " + folder + "; hold out a share of the folder with "
+         "--validation-fraction (default 0.2)"),
+        (["--image-folder", folder, "--train-split", "train[:50%]", "--tfds-data-dir", "/data"],
+         "--train-split train[:50%], --tfds-data-dir /data: these flags name --tfds splits or data"),
+        (["--validation-split", "test[:10%]"], "and the data is the digits (the default data); train on a TFDS data "
+         "set with --tfds NAME"),
+        (["--validation-fraction", "0.3"], "--validation-fraction 0.3 holds out a share of --image-folder, and the "
+         "data is the digits: use their fixed held-out split"),
+        (["--tfds", "beans", "--validation-fraction", "0.1"], "and the data is --tfds beans: use --validation-split "
+         "(a TFDS split name)"),
+        (["--max-pixels", "100"], "--max-pixels 100 limits the images of --image-folder, and the data is the digits"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            command.main([*TINY, *args, "--output-dir", str(tmp_path / "run")])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and f"{module}: error: --" in err and message in err, err
+
+
+def test_max_pixels_limits_the_image_folder(tmp_path, capsys):
+    """Issue 43, item 5: the decompression-bomb limit can be changed on the command line too."""
+    from tests.test_data import _write_image_folder
+
+    _write_image_folder(tmp_path / "photos")
+    side = Image.open(next((tmp_path / "photos").rglob("*.png"))).size
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*TINY, "--image-folder", str(tmp_path / "photos"), "--max-pixels", "10",
+                    "--output-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and f"it is {side[0]} x {side[1]} pixels, more than the limit of 10 " in err, err
+    assert "--max-pixels" in err and not (tmp_path / "run" / "model.keras").exists()
 
 
 def test_library_errors_name_flags_not_parameters(tmp_path, capsys):

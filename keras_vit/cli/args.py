@@ -41,7 +41,7 @@ def add_data_arguments(parser):
 
     One of --dataset digits, --image-folder DIR, --tfds NAME (default
     digits), with --tfds-data-dir, --train-split, --validation-split,
-    --validation-fraction and --augment. `_load_data` reads them.
+    --validation-fraction, --max-pixels and --augment. `_load_data` reads them.
     """
     group = parser.add_argument_group("data (one of --dataset, --image-folder, --tfds)")
     src = group.add_mutually_exclusive_group()
@@ -54,6 +54,9 @@ def add_data_arguments(parser):
     group.add_argument("--train-split", default="train", help="TFDS training split (default: train)")
     group.add_argument("--validation-split", default="test", help="TFDS held-out split (default: test)")
     group.add_argument("--validation-fraction", type=float, default=0.2, help="held-out fraction of --image-folder")
+    group.add_argument("--max-pixels", type=int, default=None, metavar="N",
+                       help="refuse an --image-folder image of more pixels (width x height, read from its header "
+                            "before decoding: decompression bombs) (default: PIL's limit, 89478485)")
     group.add_argument("--augment", choices=["none", "crop", "crop_flip", "affine"], default=None,
                        help="default: affine (small rotations and zooms) for digits, crop for other data")
     return group

@@ -9,8 +9,9 @@ INPUT_RANGES = ((0, 255), (0, 1), (-1, 1))
 
 def to_pixels(images, input_range):
     """`images` in `input_range` as pixels in [0, 255] (unchanged for (0, 255)); raises ValueError naming
-    `input_range` for another range, values outside it, or float images given as (0, 255) that are plainly
-    scaled already (all in [-1, 1], some not whole)."""
+    `input_range` for another range, values outside it, NaN or infinite values, bool images (masks, not
+    pictures), or float images given as (0, 255) that are plainly scaled already (all in [-1, 1], some not
+    whole)."""
     given = input_range
     try:
         input_range = tuple(float(v) for v in input_range)
@@ -19,11 +20,18 @@ def to_pixels(images, input_range):
     if input_range not in INPUT_RANGES:
         raise ValueError(f"`input_range` must be one of {', '.join(map(str, INPUT_RANGES))}. "
                          f"Received: input_range={given!r}")
-    if images.size == 0 or images.dtype.kind not in "iufb":
+    if images.dtype.kind == "b":
+        raise ValueError("`images` must hold pixel values, and they are bool (a mask?); pass uint8 pixels in [0, 255] "
+                         "or floats in input_range. Received: images of dtype bool")
+    if images.size == 0 or images.dtype.kind not in "iuf":
         return images
+    if images.dtype.kind == "f" and not np.isfinite(images).all():
+        bad = int((~np.isfinite(images)).sum())
+        raise ValueError(f"`images` must hold finite pixel values. Received: {bad} NaN or infinite value"
+                         f"{'s' if bad > 1 else ''} (of {images.size})")
     low, high = float(np.min(images)), float(np.max(images))
     lo, hi = input_range
-    if not (np.isfinite(low) and np.isfinite(high)) or low < lo - 1e-3 or high > hi + 1e-3:
+    if low < lo - 1e-3 or high > hi + 1e-3:
         raise ValueError(
             f"`images` must hold pixels in input_range={(int(lo), int(hi))}. Received: values from {low:g} to {high:g}"
             + (f"; pass input_range={(0, 1) if low >= 0 else (-1, 1)} for images scaled so"
