@@ -23,7 +23,7 @@ import os
 import numpy as np
 
 from export import mediapipe_check
-from export.scores import decision_scores
+from export.scores import CLASSLESS, decision_scores
 from export.verify import reference_outputs
 from export.web_check import GRID, Browser
 from keras_vit.data.image_folder import list_image_folder
@@ -81,7 +81,7 @@ def check(graph, results, files, images, web=False, mediapipe=True):
         problems.append(("The browser (the --web page)", different))
     failures = [_failure(app, different, len(files)) for app, different in problems if different]
     for row in results:
-        if row["format"] != "tflite" or row.get("path") is None or row.get("scores") == "tokens":
+        if row["format"] != "tflite" or row.get("path") is None or row.get("scores") in CLASSLESS:
             continue
         if failures:
             row["failures"].extend(failures)
@@ -102,7 +102,7 @@ def _failure(app, different, count):
     names = "; ".join(f"{f}: {w}" for f, w in different[:LISTED]) + ("; ..." if len(different) > LISTED else "")
     return (f"{app} opens {len(different)} of the {count} verification files as another picture than "
             f"keras_vit.data, so an app would classify what was not verified ({names}); save them upright "
-            "without an EXIF orientation tag, or see docs/app_contract.md (Photos)")
+            "without an EXIF orientation tag (and as RGB without transparency), or see docs/app_contract.md (Photos)")
 
 
 def browser_seen_differently(files):
@@ -135,8 +135,11 @@ def browser_seen_differently(files):
             continue
         levels = float(np.abs(view["means"] - cell_means(ours, GRID)).mean())
         if levels > mediapipe_check.SAME_PICTURE_LEVELS:
+            clear = ours.shape[-1] in (2, 4) and bool((ours[..., -1] < 255).any())
+            why = (" (it has transparent pixels: the browser blends them, keras_vit.data keeps their stored colour)"
+                   if clear else "")
             different.append((path, f"its {GRID}x{GRID} cells' colours differ by {levels:.1f} levels of 255 on "
-                                    "average"))
+                                    f"average{why}"))
     return different, unopened
 
 

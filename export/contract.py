@@ -17,6 +17,7 @@ import numpy as np
 from keras_vit.layers.classifier_head import check_class_names
 from export.input_range import PIXELS, RANGES, UNIT, describe, scale
 from export.metadata import app_preprocessing
+from export.scores import CLASSLESS
 from export.verify import VerificationError
 
 
@@ -34,8 +35,9 @@ def artifact_contract(path, fmt, graph):
         ("fixed at 1" or "dynamic"), range ([lo, hi] of the float values;
         for a uint8 / int8 input the raw pixels' [0, 255]), quantization
         ([scale, zero_point] of an integer input)}, `output` {name, dtype,
-        kind ("probabilities", "logits", "outputs" or "tokens"), for
-        "tokens" its shape `[batch, tokens, hidden_size]`}, and
+        kind ("probabilities", "logits", "outputs", "features" or "tokens"),
+        for "tokens" its shape `[batch, tokens, hidden_size]`, for
+        "features" `[batch, hidden_size]`}, and
         `app_preprocessing`: what the app does to RGB pixels p in [0, 255].
     """
     name, dtype, shape, quantization = _read_input(path, fmt)
@@ -51,6 +53,9 @@ def artifact_contract(path, fmt, graph):
     if graph.score_kind == "tokens":
         contract["output"]["shape"] = [shape[0] if shape else None, graph.tokens, graph.classes]  # the file's batch
         contract["output"]["layout"] = "the class token first (if the model has one), then one token per patch, row by row"
+    elif graph.score_kind == "features":
+        contract["output"]["shape"] = [shape[0] if shape else None, graph.classes]
+        contract["output"]["layout"] = "one feature vector an image (hidden_size values), no classes"
     if quantization is not None:
         contract["input"]["quantization"] = quantization
     if out_quantization is not None:  # an integer output: how the app reads scores from it
@@ -240,7 +245,7 @@ def check_keras_accuracy(graph, images, labels):
             20 points above chance and the range read); names it, and
             `--input-range` / `input_range`.
     """
-    if labels is None or len(labels) == 0 or graph.score_kind in ("outputs", "tokens"):
+    if labels is None or len(labels) == 0 or graph.score_kind in ("outputs", *CLASSLESS):
         return []
     from export.scores import decision_scores
     labels = np.asarray(labels).reshape(-1)

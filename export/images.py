@@ -13,7 +13,7 @@ SEEDED_SAMPLES = 64
 DEFAULT_CALIBRATION_STEPS = 200
 
 
-def load_data(source, model, max_samples=VERIFY_SAMPLES):
+def load_data(source, model, max_samples=VERIFY_SAMPLES, class_names=None):
     """Calibration and verification images for a model from a named data source.
 
     Args:
@@ -28,6 +28,11 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
             verification), in the range the model takes (a `ServingGraph`'s
             `model_range`; [-1, 1] for a Keras model).
         model: the model or its `ServingGraph`, for its input size and channels.
+        max_samples: int, the most images of each kind.
+        class_names: None, or the names of the model's outputs in order (its own, or the labels given): an image
+            folder whose class folders are some of them (a calibration folder that lacks a class) keeps each
+            folder's label by those names (`keras_vit.data.from_directory(class_names=...)`), not numbered
+            from 0 in folder order. A folder of other names is read as it is (`export.contract.label_names` judges).
 
     Returns:
         `(calibration_images, eval_images, eval_labels, class_names)`: float32
@@ -43,6 +48,7 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
     import tensorflow as tf
 
     from keras_vit import data
+    from keras_vit.data.image_folder import list_image_folder
 
     height, width, channels = model.image_shape if isinstance(model, ServingGraph) else image_shape(model)
     common = {"image_size": (height, width), "channels": channels, "batch_size": 64}
@@ -70,8 +76,11 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES):
         # unshuffled, like the image-folder split: the same calibration images, so the same int8 file, every run
         calibration, held_out = data.digits("train", shuffle=False, **common), data.digits("validation", **common)
     elif os.path.isdir(str(source)):
-        split = {"validation_split": 0.2, "seed": 0, "directory": source}
+        split = {"validation_split": 0.2, "seed": 0, "directory": source, "class_names": None}
         try:
+            if class_names is not None:
+                found = set(list_image_folder(source)[2])
+                split["class_names"] = list(class_names) if found < set(map(str, class_names)) else None
             calibration = data.from_directory(subset="training", shuffle=False, **split, **common)
             held_out = data.from_directory(subset="validation", **split, **common)
         except ValueError as e:  # e.g. too few images for both halves: say why the folder is split at all

@@ -57,6 +57,8 @@ SCORE_DESCRIPTIONS = {
     "probabilities": "probabilities of the classes in labels.txt, in [0, 1] summing to 1 (softmax in the graph)",
     "logits": "logits of the classes in labels.txt (no softmax: the head's raw outputs)",
     "outputs": "the model's outputs (no softmax added: its head is not a Dense layer without activation)",
+    "features": ("the feature vector (1, hidden_size): the backbone's pooled final state (the class token, or the "
+                 "mean of the tokens), e.g. for MediaPipe's ImageEmbedder; no classes"),
     "tokens": ("the token sequence (1, tokens, hidden_size): the class token first (if the model has one), then one "
                "token per patch, row by row; no classes"),
     None: "scores of the classes in labels.txt (the Keras model's outputs)",
@@ -78,21 +80,24 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
     they are (MediaPipe applies no normalization to them).
 
     A file whose output is a token sequence (`scores="tokens"`, `labels`
-    None) gets the same input metadata and an output described as the
-    sequence, with no label file (tflite-support's generic
+    None) or a feature vector (`scores="features"`) gets the same input
+    metadata and an output described as the sequence or vector, with no
+    label file (tflite-support's generic
     `metadata_writer.MetadataWriter`): MediaPipe's ImageClassifier does not
     take it, an app that reads features does.
 
     Args:
         content: bytes of a .tflite model with one (1, height, width, 3)
             image input and one (1, classes) output (or (1, tokens,
-            hidden_size) with `scores="tokens"`).
+            hidden_size) with `scores="tokens"`, (1, hidden_size) with
+            `scores="features"`).
         labels: list of class names, one per model output; None with
-            `scores="tokens"`.
+            `scores="tokens"` or `"features"`.
         include_preprocessing: bool, whether the graph scales raw pixels
             (the same as `input_range=(0, 255)`).
         scores: what the output holds, recorded as its description:
-            "probabilities", "logits", "outputs" or None (unstated).
+            "probabilities", "logits", "outputs", "features", "tokens" or
+            None (unstated).
         default_size: None, or (height, width) in pixels: the
             `default_size` of a file whose input height and width are
             dynamic (its input tensor reads (1, 1, 1, 3) until resized).
@@ -105,10 +110,11 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
     """
     if scores not in SCORE_DESCRIPTIONS:
         raise ValueError(f"`scores` must be one of {list(SCORE_DESCRIPTIONS)}. Received: scores={scores!r}")
-    tokens = scores == "tokens"
-    if tokens and labels is not None:
-        raise ValueError(f"a token sequence has no classes: `labels` must be None. Received: labels={labels!r}")
-    if not tokens and (not labels or not all(isinstance(label, str) for label in labels)):
+    classless = scores in ("tokens", "features")
+    if classless and labels is not None:
+        what = "a token sequence" if scores == "tokens" else "a feature vector"
+        raise ValueError(f"{what} has no classes: `labels` must be None. Received: labels={labels!r}")
+    if not classless and (not labels or not all(isinstance(label, str) for label in labels)):
         raise ValueError(f"`labels` must be a non-empty list of class names. Received: labels={labels!r}")
     image_classifier, _, metadata_info, writer_utils, schema = _modules()
     if input_range is None:
@@ -138,14 +144,15 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
         color_space_type=schema.ColorSpaceType.RGB,
         tensor_type=writer_utils.get_input_tensor_types(buffer)[0],
     )
-    if tokens:
+    if classless:
         from tensorflow_lite_support.metadata.python.metadata_writers import metadata_writer
 
-        output_md = metadata_info.TensorMd(name="tokens", description=SCORE_DESCRIPTIONS[scores]
+        output_md = metadata_info.TensorMd(name=scores, description=SCORE_DESCRIPTIONS[scores]
                                            + _integer_output_note(buffer, writer_utils))
+        what = "token sequence" if scores == "tokens" else "feature vector"
         general_md = metadata_info.GeneralMd(
             name="keras_vit Vision Transformer backbone",
-            description="Image to token sequence (arXiv:2010.11929) exported by keras_vit")
+            description=f"Image to {what} (arXiv:2010.11929) exported by keras_vit")
         return metadata_writer.MetadataWriter.create_from_metadata_info(
             buffer, general_md=general_md, input_md=[input_md], output_md=[output_md]).populate()
     with _files.temporary_directory("keras_vit_labels_") as work:

@@ -18,11 +18,11 @@ from export.tflite import (CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, che
                            check_quantization)
 from export.app_files import check as check_app_files, held_out_files
 from export.images import VERIFY_SAMPLES, load_data  # noqa: F401 (VERIFY_SAMPLES: export_all's verification count)
-from export.contract import artifact_contract, check_keras_accuracy, label_names as _label_names
+from export.contract import artifact_contract, check_keras_accuracy, label_names as _label_names, read_labels_file
 from export.fast_path import fast_path
-from export.scores import is_feature_vector
-from export.verify import (MEDIAPIPE_TOKENS, NOISE_HINT, TOKENS_NOTE, Artifact, VerificationError, decision_failure,
-                           resized_images, verify)
+from export.scores import CLASSLESS
+from export.verify import (FEATURES_NOTE, MEDIAPIPE_FEATURES, MEDIAPIPE_TOKENS, NOISE_HINT, TOKENS_NOTE, Artifact,
+                           VerificationError, decision_failure, resized_images, verify)
 from export.web_check import check_available as check_web_available, check_in_browser, runtimes as web_runtimes
 
 def parse_list(value, allowed, name):
@@ -329,24 +329,23 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
     from export.tflite import export_tflite
 
     include_preprocessing = graph.include_preprocessing
-    calibration, eval_images, eval_labels, class_names = load_data(calibration_data, graph)
+    names = (read_labels_file(labels) if isinstance(labels, (str, os.PathLike)) else labels) or graph.class_names
+    calibration, eval_images, eval_labels, class_names = load_data(
+        calibration_data, graph, class_names=None if graph.score_kind in CLASSLESS else names)
     tokens = graph.score_kind == "tokens"
-    if tokens:  # a token sequence: no classes, so no labels, accuracy, agreement or MediaPipe classifier
+    classless = graph.score_kind in CLASSLESS  # no labels, accuracy, agreement or MediaPipe classifier
+    if classless:  # a token sequence, or a backbone's feature vector (keras-vit-pretrain): the data's images only
+        what = "a token sequence" if tokens else "a feature vector"
+        shape = f"(batch, {graph.tokens}, {graph.classes})" if tokens else f"(batch, {graph.classes})"
         if labels is not None:
-            raise ValueError("labels (--labels) name classes, and the model outputs a token sequence (batch, tokens, "
-                             "hidden_size): leave them out")
-        label_names, label_source, eval_labels = None, "none (the model outputs a token sequence)", None
-        shape = f"(batch, {graph.tokens}, {graph.classes})"
-        print(TOKENS_NOTE.replace("(batch, tokens, hidden_size)", shape), flush=True)
+            raise ValueError(f"labels (--labels) name classes, and the model outputs {what} {shape}: leave them out")
+        label_names, label_source, eval_labels = None, f"none (the model outputs {what})", None
+        note = TOKENS_NOTE.replace("(batch, tokens, hidden_size)", shape) if tokens else (
+            FEATURES_NOTE.replace("(batch, hidden_size)", shape))
+        print(note + ("" if tokens or class_names is None else "; the calibration data's classes are not used"),
+              flush=True)
         if mediapipe and any(fmt == "tflite" for fmt, _ in planned):
-            print(f"MediaPipe ImageClassifier check {MEDIAPIPE_TOKENS}", flush=True)
-    elif graph.score_kind == "outputs" and graph.class_names is None and is_feature_vector(graph.model):
-        # a backbone's feature vector (keras-vit-pretrain): the data's images calibrate it; its classes are not the
-        # model's outputs, so it is verified as numbers (max |diff|, cosine), as without --calibration-data
-        print(f"the model outputs a feature vector of {graph.classes} values, not classes: the calibration data's "
-              "images are used, its classes are not", flush=True)
-        label_names, label_source = _label_names(labels, None, graph.classes)
-        eval_labels = None
+            print(f"MediaPipe ImageClassifier check {MEDIAPIPE_TOKENS if tokens else MEDIAPIPE_FEATURES}", flush=True)
     else:
         label_names, label_source = _label_names(labels, class_names, graph.classes, graph.class_names)
     if label_source == "numbers":
@@ -405,7 +404,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
         if web_check:
             print(f"verifying {len(artifacts)} artifacts in headless Chromium ...", flush=True)
             check_in_browser(graph, artifacts, results, eval_images, eval_labels, measure_latency)
-        files = held_out_files(calibration_data, len(eval_images)) if (mediapipe or web_check) and not tokens else None
+        files = held_out_files(calibration_data, len(eval_images)) if (mediapipe or web_check) and not classless else None
         app_files = None
         if files and any(row["format"] == "tflite" for row in results):  # as an app opens them (export.app_files)
             apps = " and ".join(["MediaPipe"] * mediapipe + ["the --web page"] * web_check)
@@ -434,7 +433,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             "dynamic_size": graph.dynamic_size,
             "verification_sizes": [list(shape[:2]) for shape in graph.check_shapes],
             "tflite_image_size": "dynamic" if tflite_dynamic_size else list(graph.image_shape[:2]),
-            "classes": None if tokens else graph.classes,
+            "classes": None if classless else graph.classes,
             "include_preprocessing": include_preprocessing,
             "model_input_range": list(graph.model_range),
             "model_input_range_source": graph.range_source,
@@ -442,6 +441,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             "labels": label_names,
             "labels_source": label_source,
             **({"tokens": graph.tokens, "hidden_size": graph.classes, "agreement": TOKENS_NOTE} if tokens else {}),
+            **({"hidden_size": graph.classes, "agreement": FEATURES_NOTE} if classless and not tokens else {}),
             "warnings": warnings,
             "tflite_batch_size": tflite_batch_size,
             "scores": graph.score_kind,
@@ -453,7 +453,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             **({"app_files": app_files} if app_files else {}),
             "artifacts": results + errors,
         }
-        if not tokens:
+        if not classless:
             _files.track(os.path.join(output_dir, "labels.txt"))  # as the artifacts (export_all)
             with _files.staged(os.path.join(output_dir, "labels.txt"), overwrite) as tmp:
                 with open(tmp, "w") as f:

@@ -1,18 +1,25 @@
 """What an artifact outputs: probabilities (a softmax, or a sigmoid for one logit, added in the graph), logits, the
-model's own outputs, or a token sequence; and the float64 references of those activations."""
+model's own outputs, a feature vector or a token sequence; and the float64 references of those activations."""
 
 SCORES = ("probabilities", "logits")
+# Kinds of output with no classes: no labels, top-1 agreement, accuracy or ImageClassifier; verified vector by vector
+# (export.tolerances.TOKEN_TOLERANCES).
+CLASSLESS = ("tokens", "features")
 
 
 def is_feature_vector(model):
-    """True for a model whose output is one vector an image, `(batch, n)`, with no Dense head: a backbone built
-    with `include_top=False` and a `pooling` (what `keras-vit-pretrain` writes), whose n values are features,
-    not classes."""
+    """True for a model whose output is one pooled vector an image, `(batch, hidden_size)`: a backbone built with
+    `include_top=False` and a `pooling` (what `keras-vit-pretrain` writes), its last layer keras_vit's
+    `SequencePooling` or a Keras global pooling layer. Its values are features, not classes. A model that ends in
+    anything else (a Dense head, a softmax `Activation` layer) is not: its outputs may be scores."""
     import keras
 
     from keras_vit.layers.classifier_head import head_layer
+    from keras_vit.layers.sequence_pooling import SequencePooling
 
-    return len(model.output_shape) == 2 and not isinstance(head_layer(model), keras.layers.Dense)
+    pooling = (SequencePooling, keras.layers.GlobalAveragePooling1D, keras.layers.GlobalAveragePooling2D,
+               keras.layers.GlobalMaxPooling1D, keras.layers.GlobalMaxPooling2D)
+    return len(model.output_shape) == 2 and isinstance(head_layer(model), pooling)
 
 
 def score_kind(model, scores="probabilities"):
@@ -27,18 +34,21 @@ def score_kind(model, scores="probabilities"):
     `scores="logits"` a head without activation is kept. A model whose last
     layer is not a Dense layer (`include_top=False`) or whose head has
     another activation (e.g. a multi-label sigmoid) keeps its outputs
-    unchanged: kind "outputs". A model that outputs a sequence, `(batch,
-    tokens, hidden_size)` (a backbone built with `include_top=False,
-    pooling=None`: the features dense heads are built on), keeps it too:
-    kind "tokens", whatever `scores` says.
+    unchanged: kind "outputs". A model without a Dense head that outputs
+    one vector an image, `(batch, hidden_size)` (a backbone built with
+    `include_top=False` and a `pooling`, what `keras-vit-pretrain` writes),
+    keeps it too: kind "features", whatever `scores` says. A model that
+    outputs a sequence, `(batch, tokens, hidden_size)` (a backbone built
+    with `include_top=False, pooling=None`: the features dense heads are
+    built on), keeps it too: kind "tokens", whatever `scores` says.
 
     Args:
         model: a Keras model.
         scores: "probabilities" (default) or "logits".
 
     Returns:
-        `(kind, activation)`: kind is "probabilities", "logits", "outputs"
-        or "tokens"; activation "softmax", "sigmoid" or None.
+        `(kind, activation)`: kind is "probabilities", "logits", "outputs",
+        "features" or "tokens"; activation "softmax", "sigmoid" or None.
 
     Raises:
         ValueError: `scores` is not one of `SCORES`; logits asked of a head
@@ -52,6 +62,8 @@ def score_kind(model, scores="probabilities"):
 
     if len(model.output_shape) == 3:
         return "tokens", None
+    if is_feature_vector(model):
+        return "features", None
     head = head_layer(model)
     if not isinstance(head, keras.layers.Dense):
         return "outputs", None

@@ -223,8 +223,8 @@ class ServingGraph:
         input_name: "pixels" with `include_preprocessing`, else "images".
         batch_size: None (dynamic batch) or 1.
         scores: "probabilities" or "logits", as asked.
-        score_kind: what the graph outputs: "probabilities", "logits" or
-            "outputs" (see `score_kind`); activation: what it added to the
+        score_kind: what the graph outputs: "probabilities", "logits",
+            "outputs", "features" or "tokens" (see `score_kind`); activation: what it added to the
             model's outputs ("softmax", "sigmoid" or None).
         function, input_spec: the serving `tf.function` and its signature.
 

@@ -14,6 +14,7 @@ from export.litert_quantization import LITERT_QUANTIZATIONS, missing_package
 from export.images import DEFAULT_CALIBRATION_STEPS, representative_samples  # noqa: F401 (export.tflite's names too)
 from export.input_range import UNIT, scale
 from export.reparameterize import balanced_graph
+from export.scores import CLASSLESS
 from export.signature import ServingGraph, parse_image_size, prepare
 from export.verify import Artifact, check_artifact, verification_images
 
@@ -273,12 +274,14 @@ def _checked_metadata(metadata, graph):
         raise ValueError(f"`metadata` must be None or a dict such as {{'labels': [...]}}. Received: {metadata!r}")
     metadata = dict(metadata)
     labels = metadata.get("labels")
-    if graph.score_kind == "tokens":  # no classes to name: the metadata describes the input and the sequence
+    if graph.score_kind in CLASSLESS:  # no classes to name: the metadata describes the input and the output
         if labels is not None:
-            raise ValueError("`metadata['labels']` names classes, and the model outputs a token sequence (batch, "
-                             f"tokens, hidden_size): leave the labels out. Received: {len(list(labels))} labels")
+            what = ("a token sequence (batch, tokens, hidden_size)" if graph.score_kind == "tokens" else
+                    "a feature vector (batch, hidden_size)")
+            raise ValueError(f"`metadata['labels']` names classes, and the model outputs {what}: leave the labels "
+                             f"out. Received: {len(list(labels))} labels")
         metadata["labels"] = None
-        metadata.setdefault("scores", "tokens")
+        metadata.setdefault("scores", graph.score_kind)
         return metadata
     if labels is None:
         labels = graph.class_names

@@ -7,7 +7,7 @@ runs the files and uses both.
 
 import numpy as np
 
-from export.scores import decision_scores
+from export.scores import CLASSLESS, decision_scores
 
 # Tolerances per quantization mode, enforced by `verify`. Reasons:
 # - float32: the same float32 maths, reordered by each runtime. The bar is relative to the logits'
@@ -73,8 +73,14 @@ TOKEN_TOLERANCES = {
     "weight_only_int4": {"cosine": 0.98},
     "dynamic_int4": {"cosine": 0.98},
 }
+# A backbone's feature vector (batch, hidden_size) (`include_top=False` with a `pooling`: one token, or the mean of
+# them) is held to the same bars, per image: it has no classes either.
 MEDIAPIPE_TOKENS = ("skipped: MediaPipe's ImageClassifier reads classes, and the file outputs a token sequence "
                     "(batch, tokens, hidden_size)")
+MEDIAPIPE_FEATURES = ("skipped: MediaPipe's ImageClassifier reads classes, and the file outputs a feature vector "
+                      "(batch, hidden_size); apps read it with MediaPipe's ImageEmbedder or LiteRT's Interpreter")
+FEATURES_NOTE = ("top-1 agreement and accuracy do not apply: the model outputs a feature vector (batch, hidden_size), "
+                 "not classes; each file is verified image by image (relative difference, cosine)")
 TOKENS_NOTE = ("top-1 agreement and accuracy do not apply: the model outputs a token sequence (batch, tokens, "
                "hidden_size), not classes; each file is verified token by token (relative difference, cosine)")
 NEAR_TIE = 0.01
@@ -114,6 +120,9 @@ def compare(reference, outputs, labels=None, kind="probabilities"):
     differences and `cosine` over every token (the mean over images and
     tokens of each token vector's cosine), `min_cosine` (the least token's),
     and `constant_outputs`; no agreement or accuracy (`labels` is ignored).
+    Feature vectors, `(n, hidden_size)` (kind "features"), get the same
+    figures with `features` (hidden_size) in place of `tokens`, one vector
+    an image.
 
     Raises:
         ValueError: the reference (the Keras model's own outputs) is not finite.
@@ -124,6 +133,10 @@ def compare(reference, outputs, labels=None, kind="probabilities"):
         raise ValueError("the Keras model's own outputs are not finite (NaN or Inf); nothing can be verified against them")
     if reference.ndim == 3:
         return _compare_tokens(reference, outputs)
+    if kind == "features":
+        figures = _compare_tokens(reference[:, None, :], outputs.reshape(reference.shape)[:, None, :])
+        del figures["tokens"]
+        return {"features": int(reference.shape[-1]), **figures}
     finite = np.isfinite(outputs)
     diff = np.abs(outputs - reference)[finite]
     scale = float(np.abs(reference).max()) if reference.size else 0.0
@@ -193,15 +206,17 @@ def _compare_tokens(reference, outputs):
 
 
 def tolerance(quantization, kind=None):
-    """The bars of `quantization` for files of score kind `kind`: `TOKEN_TOLERANCES` for "tokens", else `TOLERANCES`."""
-    return (TOKEN_TOLERANCES if kind == "tokens" else TOLERANCES)[quantization]
+    """The bars of `quantization` for files of score kind `kind`: `TOKEN_TOLERANCES` for "tokens" and "features"
+    (`export.scores.CLASSLESS`), else `TOLERANCES`."""
+    return (TOKEN_TOLERANCES if kind in CLASSLESS else TOLERANCES)[quantization]
 
 
 def failures(figures, quantization):
     """Returns the list of "figure value vs limit" strings that break the tolerance.
 
-    Any non-finite output is a failure in every mode. Token sequences
-    (figures with `tokens`, see `compare`) are held to `TOKEN_TOLERANCES`.
+    Any non-finite output is a failure in every mode. Token sequences and
+    feature vectors (figures with `tokens` or `features`, see `compare`)
+    are held to `TOKEN_TOLERANCES`.
     """
     broken = []
     if figures.get("nonfinite_outputs"):
@@ -210,7 +225,7 @@ def failures(figures, quantization):
         why = ("the Keras model's too: an untrained model (keras_vit's head starts at zero), or images it cannot tell "
                "apart" if figures.get("keras_constant_outputs") else "where the Keras model's differ")
         broken.append(f"outputs are the same for every image ({why}): nothing an app could decide on")
-    for key, limit in tolerance(quantization, "tokens" if "tokens" in figures else None).items():
+    for key, limit in tolerance(quantization, next((k for k in CLASSLESS if k in figures), None)).items():
         value = figures.get(key)
         if key not in figures or (value is None and broken):
             continue

@@ -21,9 +21,11 @@ from export.runtimes import (  # noqa: F401 (export.verify's names too)
     latency_ms,
     run_artifact,
 )
-
+from export.scores import CLASSLESS
 from export.tolerances import (  # noqa: F401 (export.verify's names too)
+    FEATURES_NOTE,
     LOWER_IS_BETTER,
+    MEDIAPIPE_FEATURES,
     MEDIAPIPE_TOKENS,
     NEAR_TIE,
     TIE_MARGIN,
@@ -150,8 +152,8 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
             "runs_fast_on": fast_path(artifact.format, artifact.quantization),
         }
         row["tolerance"] = tolerance(artifact.quantization, row["scores"])
-        if row["scores"] == "tokens":
-            row["agreement"] = TOKENS_NOTE
+        if row["scores"] in CLASSLESS:
+            row["agreement"] = TOKENS_NOTE if row["scores"] == "tokens" else FEATURES_NOTE
         try:
             outputs = run_artifact(artifact, inputs)
             row.update(compare(reference, outputs, labels, row["scores"]))
@@ -159,8 +161,8 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
             row["verified_sizes"] = [list(images.shape[1:3])]
             if artifact.dynamic_size and other_sizes:
                 _verify_other_sizes(model, artifact, other_sizes, row)
-            if mediapipe and artifact.format == "tflite" and row["scores"] == "tokens":
-                row["mediapipe_skipped"] = MEDIAPIPE_TOKENS
+            if mediapipe and artifact.format == "tflite" and row["scores"] in CLASSLESS:
+                row["mediapipe_skipped"] = MEDIAPIPE_TOKENS if row["scores"] == "tokens" else MEDIAPIPE_FEATURES
             elif mediapipe and artifact.format == "tflite" and artifact.dynamic_size:
                 # measured: MediaPipe 1.2.3's ImageClassifier fails on such a file ("interpreter_->Invoke() ==
                 # kTfLiteOk (1 vs. 0)"), and it would resize frames to the unresized tensor's (1, 1) size
@@ -315,7 +317,7 @@ def _artifact_inputs(model, artifact, images):
 
 
 def _score_kind(model, artifact):
-    """What the artifact outputs: "probabilities", "logits", "outputs" or "tokens" (`export.signature.score_kind`)."""
+    """What the artifact outputs: "probabilities", "logits", "outputs", "features" or "tokens" (`export.scores.score_kind`)."""
     from export.signature import ServingGraph, score_kind
 
     twin = model.model if isinstance(model, ServingGraph) else model

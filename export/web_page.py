@@ -14,6 +14,7 @@ import os
 import shutil
 
 from keras_vit.common import files as _files
+from export.scores import CLASSLESS
 from export.web_check import PACKAGES, WEB_DIR, WebCheckUnavailable, node_modules, package_version
 
 PAGE_FILES = ("index.html", "app.js")
@@ -34,8 +35,10 @@ def choose_artifact(report):
     Raises:
         ValueError: no `.tflite` file passed, or the files output a token sequence (no classes to show).
     """
-    if report.get("scores") == "tokens":
-        raise ValueError("--web shows classes, and the model outputs a token sequence (batch, tokens, hidden_size)")
+    if report.get("scores") in CLASSLESS:
+        shape = "a token sequence (batch, tokens, hidden_size)" if report["scores"] == "tokens" else (
+            "a feature vector (batch, hidden_size)")
+        raise ValueError(f"--web shows classes, and the model outputs {shape}")
     passed = [r for r in report["artifacts"] if r["format"] == "tflite" and r["passed"] and "web_unsupported" not in r
               and report.get("tflite_image_size") != "dynamic"]
     if not passed:

@@ -61,7 +61,7 @@ def test_target_choices_are_the_library_targets():
     assert action.default == "mean_color"
 
 
-def test_full_patch_target_on_an_image_folder_ignores_the_labels(tmp_path):
+def test_full_patch_target_on_an_image_folder_ignores_the_labels(tmp_path, capsys):
     from tests.test_data import _write_image_folder
 
     _write_image_folder(tmp_path / "photos")  # 2 class folders: their names are never used
@@ -77,16 +77,31 @@ def test_full_patch_target_on_an_image_folder_ignores_the_labels(tmp_path):
     assert metrics["flags"]["image_folder"] == str(tmp_path / "photos")
 
     # Issue 43, item 8: the backbone (a feature vector of 32 values an image) exports calibrated on the folder it
-    # was pre-trained on; it was refused: "the model has 32 classes but the calibration data set has 2".
+    # was pre-trained on; it was refused: "the model has 32 classes but the calibration data set has 2". It is
+    # verified as features, image by image (cosine, relative difference), not by a top-1 "agreement" over the 32
+    # values; MediaPipe's ImageClassifier is skipped (it reads classes), and no labels.txt names 32 "classes".
     from export import __main__ as export_cli
+    from export.tolerances import TOKEN_TOLERANCES
 
-    assert export_cli.main([str(out / "backbone.keras"), "--formats", "tflite", "--quantization", "float32,int8",
-                            "--calibration-data", str(tmp_path / "photos"), "--no-latency", "--no-mediapipe",
-                            "--output-dir", str(tmp_path / "export")]) == 0
+    flags = [str(out / "backbone.keras"), "--formats", "tflite", "--quantization", "float32,int8", "--calibration-data",
+             str(tmp_path / "photos"), "--no-latency", "--output-dir", str(tmp_path / "export")]
+    assert export_cli.main(flags) == 0
     report = json.loads((tmp_path / "export" / "report.json").read_text())
-    assert report["labelled"] is False and report["labels_source"] == "numbers" and report["scores"] == "outputs"
+    assert report["labelled"] is False and report["labels"] is None and report["scores"] == "features"
+    assert report["labels_source"] == "none (the model outputs a feature vector)"
+    assert report["classes"] is None and report["hidden_size"] == 32 and "feature vector" in report["agreement"]
     assert report["calibration_data"] == str(tmp_path / "photos") and report["num_verification_images"] == 2
-    assert all(row["passed"] for row in report["artifacts"]), report["artifacts"]
+    assert sorted(os.listdir(tmp_path / "export")) == ["model_float32.tflite", "model_int8.tflite", "report.json"]
+    for row in report["artifacts"]:
+        assert row["passed"] and row["features"] == 32 and "top1_agreement" not in row, row
+        assert row["tolerance"] == TOKEN_TOLERANCES[row["quantization"]] and "ImageEmbedder" in row["mediapipe_skipped"]
+        assert row["contract"]["output"]["kind"] == "features" and row["contract"]["output"]["shape"] == [1, 32]
+    float32, int8 = report["artifacts"]
+    assert float32["relative_max_abs_diff"] <= 2e-5 and int8["min_cosine"] >= 0.99
+    (tmp_path / "labels.txt").write_text("a\nb\n")
+    with pytest.raises(SystemExit) as exit_info:  # classes named for a model that has none
+        export_cli.main([*flags, "--overwrite", "--labels", str(tmp_path / "labels.txt")])
+    assert exit_info.value.code == 2 and "the model outputs a feature vector (batch, 32)" in capsys.readouterr().err
 
 
 # Run in a fresh process: the saved backbone is a plain keras_vit model, and the held-out mean-colour accuracy and

@@ -108,9 +108,14 @@ def test_the_browser_opens_jpeg_and_png_photos_upright_as_keras_vit_data_and_web
              for fmt in ("JPEG", "PNG", "WEBP") for v in (1, 3, 6, 8)}
     files["PNG", "grey"] = str(tmp_path / "grey.png")
     Image.fromarray(picture[..., 0]).save(files["PNG", "grey"])
+    # a palette PNG whose first colour is transparent (a helper's finding): upright, no EXIF, seen otherwise by its
+    # transparency, and said so (it was blamed on EXIF)
+    files["PNG", "transparent"] = str(tmp_path / "transparent.png")
+    Image.fromarray(picture).quantize(8).save(files["PNG", "transparent"], transparency=0)
     different, unopened = browser_seen_differently(list(files.values()))
     assert unopened == []
     why = dict(different)
+    assert "it has transparent pixels: the browser blends them" in why.pop(files["PNG", "transparent"])
     assert sorted(why) == sorted(files["WEBP", v] for v in (3, 6, 8))
     assert why[files["WEBP", 6]] == "the browser reads 80x48 pixels, keras_vit.data 48x80"
     assert why[files["WEBP", 3]].startswith("its 8x8 cells' colours differ by ")

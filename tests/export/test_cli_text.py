@@ -127,6 +127,19 @@ def test_what_to_try_fits_what_failed():
         "--onnx-quantization float32")
 
 
+def test_what_to_try_files_an_app_opens_as_another_picture():
+    """From a fresh-user review (issue 43): when MediaPipe or the --web page opened the verification files as
+    other pictures (EXIF orientation, transparency), every .tflite file failed, float32 too, and the advice was to
+    leave the quantised modes out: no mode changes how an app opens a file."""
+    from export.app_files import _failure
+
+    seen = _failure("MediaPipe", [("photos/a/1.jpg", "MediaPipe reads 12x20 pixels")], 4)
+    report = {"artifacts": [_row("tflite", q, False, [seen]) for q in ("float32", "int8")]}
+    tip = _cli_text.what_to_try(report)
+    assert tip.startswith("what to try: save the verification files as apps open them: upright, with no EXIF")
+    assert "--no-mediapipe" in tip and "docs/app_contract.md (Photos)" in tip and "--quantization" not in tip
+
+
 def test_what_to_try_an_untrained_model_and_few_verification_images():
     """From a fresh-user review: every file of an untrained model failed, float32 too, yet the advice was to leave
     int8 out; a folder's 29 held-out images made one flip fail the 97% bar, and nothing said so."""

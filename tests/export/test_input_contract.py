@@ -221,6 +221,24 @@ def test_a_labels_file_in_another_order_than_the_models_or_the_datas_is_refused(
     assert read_metadata(str(tmp_path / "french" / "model_float32.tflite"))["labels"] == french
 
 
+def test_a_calibration_folder_without_a_class_keeps_the_models_numbering(trained_vit, tmp_path):
+    """Helper's finding on issue 43: a calibration folder that lacks class "3", with --labels (or the model's own
+    names) naming all 10, numbered its 9 folders 0..8 in folder order, so every digit above 3 was verified against
+    the class below it. The folder's classes now take the model's numbering: the float32 file's accuracy is the
+    trained model's, and labels 0..8 shifted would give about one digit in ten."""
+    images, labels = next(iter(_pixel_digits("validation", batch_size=360)))
+    keep = labels.numpy() != 3
+    folder = _write_folder(tmp_path / "no_three", images.numpy()[keep], labels.numpy()[keep])
+    assert sorted(os.listdir(folder)) == [d for d in NAMES if d != "3"]
+    for model, given in ((trained_vit[0], NAMES), (_trained_copy(trained_vit, class_names=NAMES), None)):
+        out = tmp_path / f"export_{given is None}"
+        report = export_all(model, str(out), formats="tflite", quantizations="float32", calibration_data=folder,
+                            labels=given, measure_latency=False, mediapipe=False)
+        row = report["artifacts"][0]
+        assert report["labels"] == NAMES and row["passed"] and row["keras_accuracy"] >= 0.8, row
+        assert row["accuracy"] == row["keras_accuracy"]
+
+
 def test_export_tflite_refuses_a_label_count_other_than_the_outputs(trained_vit, tmp_path):
     with pytest.raises(ValueError, match=r"`metadata\['labels'\]` must name each of the model's 10 outputs; MediaPipe "
                                          r"refuses a file whose label count differs. Received: 4 labels"):

@@ -60,7 +60,12 @@ def test_score_kind_follows_the_head():
     assert score_kind(logits_head, "logits") == ("logits", None)
     assert score_kind(softmax_head) == ("probabilities", None)
     assert score_kind(_tiny(include_top=False)) == ("tokens", None)  # (batch, tokens, hidden_size), kept as it is
-    assert score_kind(_tiny(include_top=False, pooling="avg")) == ("outputs", None)
+    # a backbone's pooled vector (keras-vit-pretrain's backbone.keras): features, whatever `scores` says (issue 43)
+    assert score_kind(_tiny(include_top=False, pooling="avg")) == ("features", None)
+    assert score_kind(_tiny(include_top=False, pooling="token"), "logits") == ("features", None)
+    inputs = keras.Input((8, 8, 3))
+    softmax_layer = keras.Model(inputs, keras.layers.Softmax()(_tiny(include_top=False, pooling="avg")(inputs)))
+    assert score_kind(softmax_layer) == ("outputs", None)  # scores of a softmax layer, not features: kept as they are
     assert score_kind(_tiny("sigmoid")) == ("outputs", None)  # e.g. multi-label: kept as they are
     assert score_kind(keras.Sequential([keras.Input((8, 8, 3)), logits_head])) == ("probabilities", "softmax")
     with pytest.raises(ValueError, match=r"applies softmax: its logits are not in the graph.*Received: scores='logits'"):
