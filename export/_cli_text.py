@@ -85,12 +85,12 @@ def what_to_try(report, calibrated=("int8", "int16x8")):
     from export.verify import decision_failure
 
     rows = report.get("artifacts", [])
-    if any(" verification files as another picture than keras_vit.data" in f for r in rows for f in r["failures"]):
-        # export.app_files: an app opens the files otherwise, float32 included; no mode or calibration changes that
+    seen = [f for r in rows for f in r["failures"] if " verification files as another picture than keras_vit.data" in f]
+    if seen:  # export.app_files: an app opens the files otherwise, float32 included; no mode or calibration changes that
+        clear = ", as RGB without transparency" if any("transparent pixels" in f for f in seen) else ""
         return ("what to try: save the verification files as apps open them: upright, with no EXIF orientation tag "
-                "(PIL's ImageOps.exif_transpose, then save), as RGB without transparency; or leave the app's check "
-                "out (--no-mediapipe, or no --web-check) and make the app read the files as docs/app_contract.md "
-                "(Photos) says")
+                f"(PIL's ImageOps.exif_transpose, then save){clear}; or leave the app's check out (--no-mediapipe, "
+                "or no --web-check) and make the app read the files as docs/app_contract.md (Photos) says")
     constant = [r for r in rows if not r["passed"] and any(f.startswith("outputs are the same for every image")
                                                            for f in r["failures"])]
     if constant and all(r.get("keras_constant_outputs") for r in constant):  # the model itself, not a mode to tune

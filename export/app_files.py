@@ -100,9 +100,10 @@ def check(graph, results, files, images, web=False, mediapipe=True):
 def _failure(app, different, count):
     """The failure line of the .tflite rows when `app` opens files of the verification images differently."""
     names = "; ".join(f"{f}: {w}" for f, w in different[:LISTED]) + ("; ..." if len(different) > LISTED else "")
+    clear = " (and as RGB without transparency)" if any("transparent pixels" in w for _, w in different) else ""
     return (f"{app} opens {len(different)} of the {count} verification files as another picture than "
             f"keras_vit.data, so an app would classify what was not verified ({names}); save them upright "
-            "without an EXIF orientation tag (and as RGB without transparency), or see docs/app_contract.md (Photos)")
+            f"without an EXIF orientation tag{clear}, or see docs/app_contract.md (Photos)")
 
 
 def browser_seen_differently(files):

@@ -181,6 +181,13 @@ def label_names(labels, class_names, classes, model_names=None):
         raise ValueError(f"labels (--labels) must name each of the model's {_classes(classes)}. Received: {len(labels)} "
                          f"labels ({', '.join(map(str, labels[:5]))}{', ...' if len(labels) > 5 else ''})")
     labels = check_class_names(labels, classes, "labels (--labels)")
+    foreign = [] if model_names is None or class_names is None else [
+        str(name) for name in class_names if str(name) not in map(str, model_names)]
+    if foreign:  # the folder's classes must be the model's, whatever names the files are to carry
+        raise ValueError(
+            f"the calibration data set's classes {', '.join(map(repr, foreign[:5]))} are not among the model's own "
+            f"({', '.join(map(str, model_names[:5]))}{', ...' if len(model_names) > 5 else ''}): its labels would not "
+            "mean the model's classes, whatever --labels names them. Export with a folder of the model's classes")
     for other, what in ((model_names, "the model's own class names"), (class_names, "the calibration data's classes")):
         if other is not None and list(other) != labels and sorted(map(str, other)) == sorted(labels):
             moved = [f"line {i + 1} names {name!r} where {what} have {str(theirs)!r}"

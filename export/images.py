@@ -29,10 +29,11 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES, class_names=None):
             `model_range`; [-1, 1] for a Keras model).
         model: the model or its `ServingGraph`, for its input size and channels.
         max_samples: int, the most images of each kind.
-        class_names: None, or the names of the model's outputs in order (its own, or the labels given): an image
-            folder whose class folders are some of them (a calibration folder that lacks a class) keeps each
-            folder's label by those names (`keras_vit.data.from_directory(class_names=...)`), not numbered
-            from 0 in folder order. A folder of other names is read as it is (`export.contract.label_names` judges).
+        class_names: None, or lists of names of the model's outputs in order (its own, then the labels given):
+            an image folder whose class folders are some of the first such list's names (a calibration folder
+            that lacks a class) keeps each folder's label by that list (`keras_vit.data.from_directory(
+            class_names=...)`), not numbered from 0 in folder order. A folder of other names is read as it is
+            (`export.contract.label_names` judges).
 
     Returns:
         `(calibration_images, eval_images, eval_labels, class_names)`: float32
@@ -78,9 +79,13 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES, class_names=None):
     elif os.path.isdir(str(source)):
         split = {"validation_split": 0.2, "seed": 0, "directory": source, "class_names": None}
         try:
-            if class_names is not None:
-                found = set(list_image_folder(source)[2])
-                split["class_names"] = list(class_names) if found < set(map(str, class_names)) else None
+            if class_names:
+                try:
+                    found = set(list_image_folder(source)[2])
+                except ValueError:  # from_directory below says what is wrong with the folder, as ever
+                    found = set()
+                split["class_names"] = next((list(names) for names in class_names
+                                             if names is not None and found and found < set(map(str, names))), None)
             calibration = data.from_directory(subset="training", shuffle=False, **split, **common)
             held_out = data.from_directory(subset="validation", **split, **common)
         except ValueError as e:  # e.g. too few images for both halves: say why the folder is split at all

@@ -329,9 +329,9 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
     from export.tflite import export_tflite
 
     include_preprocessing = graph.include_preprocessing
-    names = (read_labels_file(labels) if isinstance(labels, (str, os.PathLike)) else labels) or graph.class_names
-    calibration, eval_images, eval_labels, class_names = load_data(
-        calibration_data, graph, class_names=None if graph.score_kind in CLASSLESS else names)
+    given = read_labels_file(labels) if isinstance(labels, (str, os.PathLike)) else labels
+    calibration, eval_images, eval_labels, class_names = load_data(  # a folder that lacks a class: model's numbering
+        calibration_data, graph, class_names=None if graph.score_kind in CLASSLESS else [graph.class_names, given])
     tokens = graph.score_kind == "tokens"
     classless = graph.score_kind in CLASSLESS  # no labels, accuracy, agreement or MediaPipe classifier
     if classless:  # a token sequence, or a backbone's feature vector (keras-vit-pretrain): the data's images only

@@ -96,11 +96,16 @@ def test_exif_after_more_than_64_kib_of_other_metadata_is_read(value, tmp_path):
     stored = (tmp_path / "plain.jpg").read_bytes()
     icc = b"".join(b"\xff\xe2" + struct.pack(">H", 2 + 60 * 1024) + bytes(60 * 1024) for _ in range(3))
     (tmp_path / "icc_first.jpg").write_bytes(stored[:2] + icc + stored[2:])  # after the start of image
+    # a second review: an ICC profile or Photoshop's APP13 (a thumbnail) whose bytes hold a start of scan (FF DA)
+    for name, header, marker in (("icc_bytes", b"ICC_PROFILE\0", b"\xff\xe2"), ("app13", b"Photoshop 3.0\0", b"\xff\xed")):
+        body = header + (b"\x01\xff\xda\x00" * 15360)[: 60 * 1024 - len(header)]
+        segments = b"".join(marker + struct.pack(">H", 2 + len(body)) + body for _ in range(2))
+        (tmp_path / f"{name}.jpg").write_bytes(stored[:2] + segments + stored[2:])
     _save(tmp_path / "plain.png", _picture(), "PNG", value)
     stored = (tmp_path / "plain.png").read_bytes()
     text = _png_chunk(b"tEXt", b"Comment\0" + bytes(range(32, 127)) * 1100)
     (tmp_path / "text_first.png").write_bytes(stored[:33] + text + stored[33:])  # after the 8-byte signature and IHDR
-    for name in ("icc_first.jpg", "text_first.png"):
+    for name in ("icc_first.jpg", "icc_bytes.jpg", "app13.jpg", "text_first.png"):
         path = tmp_path / name
         assert path.stat().st_size > 100 * 1024
         with Image.open(path) as image:

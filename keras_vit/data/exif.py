@@ -136,9 +136,13 @@ def orientation(contents):
     head = tf.strings.substr(contents, 0, HEAD_BYTES)
     # A JPEG's metadata segments end at its start of scan (0xFFDA), a PNG's EXIF before its first IDAT: where the
     # head holds neither the EXIF marker nor that end (an ICC profile or text of more than the head before them),
-    # the whole file is searched; a WebP always is. No branch ops (a tf.cond or switch_case in a tf.data map costs
+    # the whole file is searched (a JPEG's also where an ICC profile, APP13 or FlashPix segment starts in the head); a WebP always is. No branch ops (a tf.cond or switch_case in a tf.data map costs
     # more than these searches): the search region's length is picked, and the offset of the file's own format.
-    past_head = (is_jpeg & (_find(head, b"Exif\0\0") < 0) & (_find(head, b"\xff\xda") < 0)) | (
+    # Binary segments (an ICC profile, Photoshop's APP13 with its thumbnail, FlashPix) may hold the bytes of a
+    # start of scan: a JPEG that has one in its head and no EXIF there is searched whole too.
+    binary = (_find(head, b"ICC_PROFILE\0") >= 0) | (_find(head, b"Photoshop 3.0\0") >= 0) | (
+        _find(head, b"FPXR\0") >= 0)
+    past_head = (is_jpeg & (_find(head, b"Exif\0\0") < 0) & ((_find(head, b"\xff\xda") < 0) | binary)) | (
         is_png & (_find(head, b"eXIf") < 0) & (_find(head, b"IDAT") < 0))
     length = tf.where(is_webp | past_head, tf.strings.length(contents), tf.where(is_jpeg | is_png, HEAD_BYTES, 0))
     region = tf.strings.substr(contents, 0, length)  # "" for other formats

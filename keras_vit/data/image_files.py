@@ -238,7 +238,7 @@ def _assert_pixels(contents, max_pixels):
     width, height = _header_size(contents)
     message = tf.strings.format(
         "it is {} x {} pixels, more than the limit of " + f"{max_pixels:,d} (max_pixels={max_pixels}, of "
-        "keras_vit.data's from_directory and read_image; None: no limit): a file this size may be a decompression bomb",
+        "keras_vit.data.from_directory and read_image; None: no limit): a file this size may be a decompression bomb",
         (width, height))
     return tf.debugging.Assert(width * height <= max_pixels, [message])
 

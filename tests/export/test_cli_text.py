@@ -138,6 +138,10 @@ def test_what_to_try_files_an_app_opens_as_another_picture():
     tip = _cli_text.what_to_try(report)
     assert tip.startswith("what to try: save the verification files as apps open them: upright, with no EXIF")
     assert "--no-mediapipe" in tip and "docs/app_contract.md (Photos)" in tip and "--quantization" not in tip
+    assert "transparency" not in tip and "transparency" not in seen  # only where a file has transparent pixels
+    clear = _failure("The browser (the --web page)", [("p.png", "... (it has transparent pixels: the browser ...)")], 4)
+    assert "(and as RGB without transparency)" in clear
+    assert ", as RGB without transparency;" in _cli_text.what_to_try({"artifacts": [_row("tflite", "int8", False, [clear])]})
 
 
 def test_what_to_try_an_untrained_model_and_few_verification_images():

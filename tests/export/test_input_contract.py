@@ -230,13 +230,20 @@ def test_a_calibration_folder_without_a_class_keeps_the_models_numbering(trained
     keep = labels.numpy() != 3
     folder = _write_folder(tmp_path / "no_three", images.numpy()[keep], labels.numpy()[keep])
     assert sorted(os.listdir(folder)) == [d for d in NAMES if d != "3"]
-    for model, given in ((trained_vit[0], NAMES), (_trained_copy(trained_vit, class_names=NAMES), None)):
-        out = tmp_path / f"export_{given is None}"
-        report = export_all(model, str(out), formats="tflite", quantizations="float32", calibration_data=folder,
-                            labels=given, measure_latency=False, mediapipe=False)
+    french = ["zéro", "un", "deux", "trois", "quatre", "cinq", "six", "sept", "huit", "neuf"]
+    named = _trained_copy(trained_vit, class_names=NAMES)
+    # a second review: --labels that rename the model's classes numbered the folder by the labels' names
+    for i, (model, given) in enumerate(((trained_vit[0], NAMES), (named, None), (named, french))):
+        report = export_all(model, str(tmp_path / f"export_{i}"), formats="tflite", quantizations="float32",
+                            calibration_data=folder, labels=given, measure_latency=False, mediapipe=False)
         row = report["artifacts"][0]
-        assert report["labels"] == NAMES and row["passed"] and row["keras_accuracy"] >= 0.8, row
+        assert report["labels"] == (given or NAMES) and row["passed"] and row["keras_accuracy"] >= 0.8, row
         assert row["accuracy"] == row["keras_accuracy"]
+    # a folder with a class the model does not have is refused, even with --labels naming the model's classes
+    os.rename(os.path.join(folder, "9"), os.path.join(folder, "nine"))
+    with pytest.raises(ValueError, match=r"the calibration data set's classes 'nine' are not among the model's own"):
+        export_all(named, str(tmp_path / "foreign"), formats="saved_model", calibration_data=folder, labels=NAMES,
+                   measure_latency=False)
 
 
 def test_export_tflite_refuses_a_label_count_other_than_the_outputs(trained_vit, tmp_path):
