@@ -29,6 +29,8 @@ system-deps:
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	# PyPI's other `keras-vit` (and this project's earlier distribution name, keras_vit) import as keras_vit too: out first.
+	$(PY) -m pip uninstall --quiet --yes keras-vit 2>/dev/null || true
 	$(PY) -m pip install --quiet -e ".[tensorflow,export,test,bench]"
 	# docs/traps.md: tflite-support pins protobuf<4, which would break TensorFlow; it goes in last, without its deps.
 	$(PY) -m pip install --quiet --no-deps tflite-support==0.4.4

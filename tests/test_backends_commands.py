@@ -41,19 +41,19 @@ for module in ("keras_vit.data", "keras_vit.pretraining"):
     try:
         __import__(module)
     except ImportError as error:
-        assert "pip install 'keras_vit[tensorflow]'" in str(error), str(error)
+        assert "pip install 'keras-vit-applications[tensorflow]'" in str(error), str(error)
     else:
         raise AssertionError(module + " imported without TensorFlow")
 try:
     weights.resample_position_embedding(np.zeros((1, 17, 8)), (6, 6), 1, interpolation="bicubic")
 except ImportError as error:
-    assert "keras_vit[tensorflow]" in str(error) and "bicubic" in str(error)
+    assert "keras-vit-applications[tensorflow]" in str(error) and "bicubic" in str(error)
 else:
     raise AssertionError("bicubic without TensorFlow")
 try:
     import export
 except ImportError as error:
-    assert "pip install 'keras_vit[export]'" in str(error), str(error)
+    assert "pip install 'keras-vit-applications[export]'" in str(error), str(error)
 else:
     raise AssertionError("export imported without TensorFlow")
 from keras_vit.cli import console as _console
@@ -73,7 +73,7 @@ print("OK", keras.backend.backend())
     assert result.returncode == 0 and f"OK {backend}" in result.stdout, result.stdout[-2000:] + result.stderr[-4000:]
     for prog in ("keras-vit-train", "keras-vit-pretrain"):
         assert (f"{prog}: error: {prog} (its input pipelines are tf.data) needs TensorFlow, which is not installed "
-                f"here (Keras backend: {backend!r}). Install it with: pip install 'keras_vit[tensorflow]'") in result.stderr
+                f"here (Keras backend: {backend!r}). Install it with: pip install 'keras-vit-applications[tensorflow]'") in result.stderr
 
 
 PARTIAL_BATCHES = r"""

@@ -46,3 +46,18 @@ def test_every_public_function_and_class_has_a_docstring():
                 if not ast.get_docstring(node):
                     missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert not missing
+
+
+def test_the_distribution_has_a_name_of_its_own():
+    """PyPI's `keras-vit` (1.0.1, another project) imports as `keras_vit` too: this one is published under another
+    name (setup.cfg), and the installed `keras_vit` package is this distribution's (README.md)."""
+    import configparser
+    import importlib.metadata
+    import re
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    name = config["metadata"]["name"]
+    normalised = re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
+    assert normalised == "keras-vit-applications"
+    assert set(importlib.metadata.packages_distributions()["keras_vit"]) == {name}

@@ -11,7 +11,7 @@ naming the extra to install when TensorFlow is missing.
 
 import keras
 
-EXTRA = "pip install 'keras_vit[tensorflow]'"
+EXTRA = "pip install 'keras-vit-applications[tensorflow]'"
 
 
 def backend():
@@ -30,7 +30,7 @@ def tensorflow(purpose):
 
     Raises:
         ImportError: TensorFlow is not installed; the message names `purpose`
-            and the extra that installs it (`keras_vit[tensorflow]`).
+            and the extra that installs it (`keras-vit-applications[tensorflow]`).
     """
     try:
         import tensorflow as tf
