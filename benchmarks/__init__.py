@@ -1,4 +1,4 @@
-"""Benchmarks: scripts that print tables and never assert a time (findings in benchmarks/README.md).
+"""Benchmarks: scripts that print tables and never assert a time (findings in benchmarks/findings/).
 
     run.py            make bench: throughput against peers and this machine's peak (throughput_tables.py)
     edge.py           the edge table: every TFLite and ONNX mode of ViT-Ti/16 and S/16 (edge_models.py: its

@@ -19,7 +19,7 @@ Per file:
   over 2 threads.
 - size: bytes on disk, and the ratio to the same format's float32 file.
 - top-1 agreement with the Keras model (its float32 twin, through the same serving function) on
-  `--samples` inputs, run on 2 threads: raw, and `export.verify.compare`'s
+  `--samples` inputs, run on 2 threads: raw, and `export.tolerances.compare`'s
   decisive_top1_agreement (flips where Keras' margin is under 1% of its top score not counted).
   `--weights trained` (default): no pretrained weights can be downloaded here, so each model is
   trained on scikit-learn's digits (`trained`: 20 epochs at 64 px, then `keras_vit.resize` to 224 px and
@@ -30,7 +30,7 @@ Per file:
   `--weights random`: random init, whose zero-initialised head gives every logit 0, so the head is
   replaced by a seeded one (`decisive_head`): a normal kernel, centred on the inputs' mean feature
   and scaled so that the logits' spread over the inputs is `HEAD_SPREAD`; inputs are seeded smooth
-  random fields. A far harsher judge than any trained model (benchmarks/README.md).
+  random fields. A far harsher judge than any trained model (benchmarks/findings/edge-table-int8.md).
 - off XNNPACK: ops of the file that LiteRT's XNNPACK delegate leaves to builtin kernels
   (`export.profile.tflite_profile`), and float ops in a quantised graph.
 
@@ -63,7 +63,7 @@ ISSUE_MODES = {
     "onnx": ("float32", "dynamic_int8", "int8"),
 }
 WEIGHTS = ("trained", "random")
-CALIBRATION_SAMPLES = 200  # export.tflite.DEFAULT_CALIBRATION_STEPS: what `--calibration-data digits` takes
+CALIBRATION_SAMPLES = 200  # export.images.DEFAULT_CALIBRATION_STEPS: what `--calibration-data digits` takes
 README_BEGIN, README_END = "<!-- edge:begin -->", "<!-- edge:end -->"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -167,7 +167,7 @@ def export_files(model, folder, pairs, calibration, images, progress=print):
 
 def runner(fmt, path, threads):
     """A zero-argument call that runs one batch-1 seeded image through the file on `threads` threads."""
-    from export.verify import _tflite_invoke
+    from export.runtimes import tflite_invoke
 
     if fmt == "tflite":
         from ai_edge_litert.interpreter import Interpreter
@@ -176,7 +176,7 @@ def runner(fmt, path, threads):
         interpreter.allocate_tensors()
         shape = tuple(interpreter.get_input_details()[0]["shape"])
         image = np.random.default_rng(0).uniform(-1, 1, shape).astype("float32")
-        return lambda: _tflite_invoke(interpreter, image), (lambda x: _tflite_invoke(interpreter, x))
+        return lambda: tflite_invoke(interpreter, image), (lambda x: tflite_invoke(interpreter, x))
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -194,10 +194,10 @@ def agreement(fmt, path, images, reference, threads=2, budget_s=None, progress=p
     """Top-1 agreement of the file with `reference` outputs on `images`, one image at a time, on `threads` threads.
 
     One call is timed first; with `budget_s`, the inputs are cut to what fits in it (at least 32).
-    Returns `export.verify.compare`'s figures plus "samples", "single_ms" and "accuracy" (the file's top-1
+    Returns `export.tolerances.compare`'s figures plus "samples", "single_ms" and "accuracy" (the file's top-1
     accuracy on int `labels` `(n,)`, in [0, 1]; None without labels).
     """
-    from export.verify import compare
+    from export.tolerances import compare
 
     _, predict = runner(fmt, path, threads)
     start = time.perf_counter()

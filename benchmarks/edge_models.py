@@ -17,7 +17,8 @@ TRAIN_SEED = 0
 # (image size in px, epochs, peak learning rate) per stage: the paper's recipe, train at low resolution, then resize
 # (2D-interpolated position embeddings, Sec. 3.2) and fine-tune at 224 px; 64 px (16 tokens) trains 12x faster here
 # Issue 27's judges (at least 95% held-out): 40 epochs at 64 px with affine augmentation, then 8 at 224 px at a lower
-# peak rate; S16 at half Ti16's rates (1e-3 diverged to 44% in the 2026-12-01 table). benchmarks/README.md has the runs.
+# peak rate; S16 at half Ti16's rates (1e-3 diverged to 44% in the 2026-12-01 table).
+# benchmarks/findings/int8-trained-judges.md has the runs.
 TRAIN_SCHEDULE = {"Ti16": ((64, 40, 1e-3), (224, 8, 5e-4)), "S16": ((64, 40, 5e-4), (224, 8, 3e-4)),
                   QUICK_MODEL: ((32, 1, 5e-4),)}
 TRAIN_AUGMENT = {"Ti16": "affine", "S16": "affine"}  # keras_vit.data's geometric augmentation, every stage

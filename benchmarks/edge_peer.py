@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 SPREAD = 4.0
-NEAR_TIE = 0.01  # export.verify.NEAR_TIE: a flip where the reference's margin is under 1% of its top score
+NEAR_TIE = 0.01  # export.tolerances.NEAR_TIE: a flip where the reference's margin is under 1% of its top score
 
 
 def inputs(n, seed):

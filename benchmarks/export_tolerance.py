@@ -1,4 +1,4 @@
-"""Measures the float32 export error of ViT-Ti/16, S/16 and B/16, the basis of `export.verify.TOLERANCES`.
+"""Measures the float32 export error of ViT-Ti/16, S/16 and B/16, the basis of `export.tolerances.TOLERANCES`.
 
     .venv/bin/python -m benchmarks.export_tolerance [--variants ViTTi16,ViTS16,ViTB16] [--images 8]
 
@@ -27,7 +27,9 @@ def measure(variant, images=8, seed=0):
     import keras_vit
     from export import export_onnx, export_saved_model, export_tflite
     from export.signature import ServingGraph
-    from export.verify import Artifact, compare, run_artifact
+    from export.verify import Artifact
+    from export.tolerances import compare
+    from export.runtimes import run_artifact
 
     keras.utils.set_random_seed(seed)
     model = getattr(keras_vit, variant)(classes=1000, classifier_activation=None)

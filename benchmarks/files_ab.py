@@ -5,7 +5,7 @@ item 4's bar: the fastest float32 file at least 1.3x the fastest PyTorch peer at
 
 `make bench` times the files and the PyTorch peers in separate processes, minutes apart; on this shared 2-core
 machine one process can run 50% slower than the next. This module takes turns instead. For each model it builds
-keras_vit at random init (`benchmarks.run._keras_models`: 224 px, 1000 classes), writes its float32 `.tflite`
+keras_vit at random init (`benchmarks.run.keras_models`: 224 px, 1000 classes), writes its float32 `.tflite`
 (`export_tflite`, `batch_size=None`) and `model.onnx` (`export_onnx`) from one `ServingGraph`, `verify=False` (the
 export tests prove the files' numbers; here only time counts), and builds HF's `ViTForImageClassification` of the
 same configuration, eager and under `torch.compile` (`benchmarks.peers.torch_infer_call`). After two warm-up calls
@@ -22,7 +22,7 @@ import numpy as np
 
 from benchmarks.machine import cpu
 from benchmarks.peers import torch_infer_call
-from benchmarks.run import SIZES, _keras_models, _litert_runner
+from benchmarks.run import SIZES, keras_models, litert_runner
 from benchmarks.throughput_tables import TORCH_PEERS
 from benchmarks.timing import interleaved_ms
 
@@ -39,7 +39,7 @@ def measure(name, config, image, batch, rounds, runs, progress=print):
     from export.signature import ServingGraph
 
     keras.utils.set_random_seed(0)
-    model = _keras_models(name, config, image, only="keras_vit")["keras_vit"]
+    model = keras_models(name, config, image, only="keras_vit")["keras_vit"]
     x = np.random.default_rng(0).uniform(-1, 1, (batch, image, image, 3)).astype("float32")
     with tempfile.TemporaryDirectory() as tmp:
         with ServingGraph(model) as graph:
@@ -49,7 +49,7 @@ def measure(name, config, image, batch, rounds, runs, progress=print):
         options.intra_op_num_threads = 2
         session = ort.InferenceSession(onnx, options, providers=["CPUExecutionProvider"])
         feed = {session.get_inputs()[0].name: x}
-        calls = {FILES[0]: _litert_runner(tflite, x, 2), FILES[1]: lambda: session.run(None, feed)}
+        calls = {FILES[0]: litert_runner(tflite, x, 2), FILES[1]: lambda: session.run(None, feed)}
         for impl, label in TORCH_PEERS.items():
             calls[label] = torch_infer_call(config, image, batch, compiled=impl == "torch_compile")
         return interleaved_ms(calls, rounds, runs, progress=progress)

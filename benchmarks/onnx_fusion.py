@@ -145,7 +145,7 @@ def measure(variants, folder, rounds, runs, progress=print):
                 # One session alive at a time: the idle workers of another file's session spin for a while
                 # after each call and would take the cores of the file being timed (ViT-Ti/16, 2 threads, batch
                 # 1: 17 ms against 12 ms alone); turning spinning off slows every file
-                # (benchmarks/README.md, "Which kernel holds a file back").
+                # (benchmarks/findings/op-time-threads.md).
                 per_round = [{name: _session_ms(path, threads, batch, runs) for name, (path, _) in files.items()}
                              for _ in range(rounds)]
                 times[threads, batch] = {name: float(np.median([r[name] for r in per_round])) for name in files}

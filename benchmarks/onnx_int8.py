@@ -10,7 +10,7 @@ Variants: "dynamic_int8" (`quantize_dynamic`), and "int8" (`quantize_static`, QD
 as `export_onnx` writes it (per-channel weights, `quant_pre_process`, QDQ around MatMul/Gemm/Conv)
 and with one choice changed: int8 activations, per-tensor weights, no pre-processing, Add
 quantised too, every op. Figures: size,
-relative max |diff| and decisive top-1 agreement against Keras (`export.verify.compare`, images
+relative max |diff| and decisive top-1 agreement against Keras (`export.tolerances.compare`, images
 one at a time, as an app runs them), and batch-1 latency in onnxruntime with one thread
 (`intra_op_num_threads=1`), the files timed in alternation `--rounds` times (a figure is the
 median over rounds of the median of `--runs` calls), and its ratio to float32 from the same run.
@@ -88,10 +88,11 @@ def measure(names, rounds=5, runs=20, folder=None):
     batch_dependence (dynamic_int8: max |diff| between a batch and its images one at a time), ms_1_thread, ratio."""
     import tf2onnx
 
-    from export.onnx import OUTPUT_NAME, _rename_output
+    from export.signature import OUTPUT_NAME
+    from export.onnx import rename_output
     from export.onnx_quantization import quantize
     from export.signature import ServingGraph
-    from export.verify import compare
+    from export.tolerances import compare
 
     folder = folder or tempfile.mkdtemp(prefix="keras_vit_onnx_int8_")
     rows = []
@@ -100,7 +101,7 @@ def measure(names, rounds=5, runs=20, folder=None):
         with ServingGraph(model) as graph:
             reference = graph.predict(images)
             proto, _ = tf2onnx.convert.from_function(graph.function, input_signature=[graph.input_spec], opset=17)
-        _rename_output(proto, OUTPUT_NAME)
+        rename_output(proto, OUTPUT_NAME)
         content = proto.SerializeToString()
         for quantization, options in VARIANTS:
             label = quantization + "".join(f" {k}={','.join(v) or 'all' if isinstance(v, list) else v}" for k, v in options.items())

@@ -141,13 +141,13 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from ai_edge_litert.interpreter import Interpreter
 
-    from export.onnx_profile import _batch1_feed, _run, _session
+    from export.onnx_profile import batch1_feed, run_session, profiling_session
 
     for path in paths:  # a file the runtime cannot load, feed or run is named up front, not after minutes of timing
         try:
             if path.endswith(".onnx"):
-                session = _session(path, 1)
-                _run(session, _batch1_feed(session, input_shape), path)
+                session = profiling_session(path, 1)
+                run_session(session, batch1_feed(session, input_shape), path)
             else:
                 Interpreter(model_path=path)
         except ValueError as e:

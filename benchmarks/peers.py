@@ -7,7 +7,7 @@ before Keras is first imported: `benchmarks.run` runs those jobs in a child proc
 
 timm's `vit_*_patch16_224` would be a third PyTorch peer; it needs torchvision, which has no CPU build for the
 pinned torch 2.13 in this project's registry (the CUDA build's operators do not load against the CPU torch), so it is
-not measured here (benchmarks/README.md).
+not measured here (benchmarks/findings/peers-torch-compile-jax.md).
 """
 
 import os

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from benchmarks.peers import torch_model
-from benchmarks.run import _keras_models
+from benchmarks.run import keras_models
 from benchmarks.timing import median_seconds
 
 DEPTHS = (0, 4, 12)
@@ -35,7 +35,7 @@ def main(argv=None):
     ms = {}
     for depth in DEPTHS:
         config = (192, max(depth, 1), 3, 768, 16)
-        models = _keras_models(f"d{depth}", config, 224)
+        models = keras_models(f"d{depth}", config, 224)
         for name, model in models.items():
             if depth == 0:  # no encoder block: embed, norm and head only
                 import keras

@@ -23,8 +23,8 @@ ops are not covered; in a dynamic-range or weight-only file the element-wise ops
 table shows only float32 rounding there (over 100 dB), and its matrix products show the run-time
 quantisation of their inputs.
 
-Used for issue 11's int16x8 agreement bar (benchmarks/README.md): where int16 activations lose against the
-files that quantise weights only. Nothing here asserts a figure.
+Used for issue 11's int16x8 agreement bar (benchmarks/findings/int16x8-calibration.md): where int16 activations lose
+against the files that quantise weights only. Nothing here asserts a figure.
 """
 
 import argparse

@@ -37,7 +37,7 @@ import numpy as np
 from benchmarks.machine import cpu
 from benchmarks.peers import BACKENDS, backend_env, infer_backend, infer_torch, keras_hub_model, train_torch
 from benchmarks.throughput_tables import (  # noqa: F401 (run's names too)
-    TORCH_PEERS, _one_line, best_settings, files_against_torch, headline, markdown)
+    TORCH_PEERS, one_line, best_settings, files_against_torch, headline, markdown)
 from benchmarks.timing import median_seconds, wall_times
 
 SIZES = {"Ti16": (192, 12, 3, 768, 16), "S16": (384, 12, 6, 1536, 16), "B16": (768, 12, 12, 3072, 16)}
@@ -100,7 +100,7 @@ class _StepTimer:
         self.callback = Timer()
 
 
-def _keras_models(name, config, image, classes=1000, only=None):
+def keras_models(name, config, image, classes=1000, only=None):
     """{"keras_vit": model, "keras-hub": model} of the same configuration (float32 logits); `only`: just that one."""
     import keras
 
@@ -170,7 +170,7 @@ def train_row(name, config, image, batch, steps, warmup, peaks, impl, precision,
     backend = keras.backend.backend()
     keras.mixed_precision.set_global_policy(precision)
     try:
-        model = _keras_models(name, config, image, only=impl)[impl]
+        model = keras_models(name, config, image, only=impl)[impl]
         rate = train_keras(model, batch, steps, warmup, jit)
     finally:
         keras.mixed_precision.set_global_policy("float32")
@@ -198,13 +198,13 @@ def infer_rows(name, config, image, batches, steps, warmup, peaks, impl=None):
     keras.mixed_precision.set_global_policy("float32")
     backend = keras.backend.backend()
     if backend != "tensorflow":
-        model = _keras_models(name, config, image, only="keras_vit")["keras_vit"]
+        model = keras_models(name, config, image, only="keras_vit")["keras_vit"]
         for batch in batches:
             rate = infer_backend(model, batch, steps, warmup)
             rows.append(_row("infer", BACKENDS[backend], name, "float32", "on" if backend == "jax" else "n/a", batch,
                              rate, flops, peaks, "jax.jit" if backend == "jax" else "eager, inference_mode"))
         return rows
-    built = _keras_models(name, config, image)
+    built = keras_models(name, config, image)
     for batch in batches:
         for impl, model in built.items():
             rate = infer_keras(model, batch, steps, warmup)
@@ -268,7 +268,7 @@ def run_isolated(job, settings):
         with open(out) as f:
             rows = json.load(f)
     for row in rows:
-        print(_one_line(row), flush=True)
+        print(one_line(row), flush=True)
     return rows
 
 
@@ -280,7 +280,7 @@ def run_edge(models, quick, update_readme, output_dir):
     """
     import subprocess
 
-    from benchmarks.edge import MODELS
+    from benchmarks.edge_models import MODELS
 
     names = [m for m in models if m in MODELS]
     if not quick and not names:
@@ -326,7 +326,7 @@ def bench_artifacts(name, config, image, batches, steps, warmup, peaks):
     hidden, layers, heads, mlp, patch = config
     flops = vit_flops(hidden, layers, mlp, patch, image)
     keras.mixed_precision.set_global_policy("float32")
-    model = _keras_models(name, config, image)["keras_vit"]
+    model = keras_models(name, config, image)["keras_vit"]
     calibration = np.random.default_rng(1).uniform(-1, 1, (8, image, image, 3)).astype("float32")
     rows = []
     # One serving graph for every file, as export_all does. Latency only: random weights calibrated on noise
@@ -348,7 +348,7 @@ def bench_artifacts(name, config, image, batches, steps, warmup, peaks):
                                      steps, warmup, flops, peaks))
             for q, path in files.items():
                 for threads in (1, 2):
-                    run = _litert_runner(path, x, threads)
+                    run = litert_runner(path, x, threads)
                     rows.append(_latency_row(f"TFLite {q} (LiteRT, {threads} thread{'s' * (threads > 1)})", name,
                                              batch, run, steps, warmup, flops, peaks, precision=q))
             import onnxruntime as ort
@@ -362,7 +362,7 @@ def bench_artifacts(name, config, image, batches, steps, warmup, peaks):
     return rows
 
 
-def _litert_runner(path, x, threads):
+def litert_runner(path, x, threads):
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=path, num_threads=threads)

@@ -8,7 +8,7 @@ per batch, profiled with `export.profile.tflite_profile` (op count, SHAPE/GATHER
 count, ops on XNNPACK, partitions) and timed at batch 1 with 1 and 2 LiteRT threads. The files are
 timed in alternation, `--rounds` times, so that the machine's load falls on all of them alike; a
 figure is the median over rounds of the median of `--runs` calls. This measurement chose the
-fixed batch of 1 as the default of TFLite files (benchmarks/README.md).
+fixed batch of 1 as the default of TFLite files (benchmarks/findings/tflite-batch.md).
 """
 
 import argparse

@@ -7,7 +7,7 @@ def _fmt(v, spec):
     return "–" if v is None else format(v, spec)
 
 
-def _one_line(row):
+def one_line(row):
     return (f"  {row['section']:9s} {row['implementation']:38s} {row['model']:5s} {row['precision']:15s} "
             f"xla={row['xla']:3s} batch={row['batch']:2d} {_fmt(row['images_per_s'], '8.2f')} img/s "
             f"{_fmt(row['gflops'], '7.1f')} GFLOP/s")

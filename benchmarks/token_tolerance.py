@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.token_tolerance            # three digits ViTs, every TFLite and ONNX mode
 
 A backbone that outputs its token sequence, `(batch, tokens, hidden_size)` (`include_top=False, pooling=None`),
-has no decision to agree on, so its files are verified token by token (`export.verify.TOKEN_TOLERANCES`). This
+has no decision to agree on, so its files are verified token by token (`export.tolerances.TOKEN_TOLERANCES`). This
 measures what each mode gives: ViTs trained on scikit-learn's digits at 16 px (a trained model's features, not
 random weights' ones, are what a dense head reads), cut at `encoder_norm`, exported with every mode and compared
 with Keras on the 360 held-out digits. Per file: the mean token cosine (the bar's figure), the least token's

@@ -5,7 +5,7 @@
 
 `make bench` times each model in a process of its own, three steps each, and on this shared 2-core machine one
 process can run 50% slower than the next. This module takes turns instead: both models, built at random init
-(`benchmarks.run._keras_models`: the same configuration, 224 px, 1000 classes, float32 logits), compiled alike
+(`benchmarks.run.keras_models`: the same configuration, 224 px, 1000 classes, float32 logits), compiled alike
 (AdamW 1e-4, `global_clipnorm=1.0`, sparse cross-entropy from logits, `jit_compile` as `--xla` says), each
 `train_on_batch` on the same seeded batch; after two warm-up steps (XLA compiles there), `--rounds` rounds call
 each model `--runs` times in turn, and a figure is the median over rounds of each round's median (`interleaved_ms`).
@@ -24,7 +24,7 @@ import numpy as np
 
 from benchmarks.machine import cpu
 from benchmarks.peers import torch_infer_call, torch_train_step
-from benchmarks.run import SIZES, _keras_models
+from benchmarks.run import SIZES, keras_models
 from benchmarks.throughput_tables import TORCH_PEERS
 from benchmarks.timing import interleaved_ms
 
@@ -42,7 +42,7 @@ def measure(name, config, image, batch, rounds, runs, jit, progress=print, preci
     keras.utils.set_random_seed(0)
     keras.mixed_precision.set_global_policy(precision)
     try:
-        models = _keras_models(name, config, image)
+        models = keras_models(name, config, image)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     x = np.random.default_rng(0).uniform(-1, 1, (batch, image, image, 3)).astype("float32")

@@ -15,10 +15,10 @@ from export import _cli_text
 from export.fast_path import slow_on_cpu
 from export.input_range import RANGES, parse_input_range, range_name
 from export.onnx_quantization import ONNX_QUANTIZATIONS
-from export.pipeline import FORMATS
+from export.output_folder import FORMATS
 from export.tflite import CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, REFUSED
-from keras_vit.cli import text as _cli
-from keras_vit.cli import console as _console
+from keras_vit.common import cli_text as _cli
+from keras_vit.common import console as _console
 from keras_vit.common import files as _files
 
 
@@ -107,7 +107,8 @@ def _main(argv):
     _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
     from export.contract import format_contracts
     from export.pipeline import export_all, format_table, parse_list
-    from export.signature import load_vit, parse_image_size
+    from export.signature import load_vit
+    from export.sizes import parse_image_size
     from export.verify import VerificationError
     from export.web_check import WebCheckUnavailable, check_available
     from export.web_page import check_page_model, check_page_runtime, check_page_target, choose_artifact, write_page

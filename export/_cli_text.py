@@ -1,11 +1,11 @@
 """`keras-vit-export`'s own words: its flags for `export_all`'s parameters, TensorFlow-style aliases of its modes,
-the checks that need no data, and what to try when a quantised file fails its bar (`keras_vit.cli.text` does the rest)."""
+the checks that need no data, and what to try when a quantised file fails its bar (`keras_vit.common.cli_text` does the rest)."""
 
 import os
 
-from keras_vit.cli import text as _cli
+from keras_vit.common import cli_text as _cli
 
-# export_all's (and its helpers') parameters -> keras-vit-export's flags, for `keras_vit.cli.text.flag_names`
+# export_all's (and its helpers') parameters -> keras-vit-export's flags, for `keras_vit.common.cli_text.flag_names`
 FLAGS = {
     "formats": "--formats", "format": "--formats", "quantization": "--quantization", "quantizations": "--quantization",
     "onnx_quantization": "--onnx-quantization", "calibration_data": "--calibration-data",

@@ -5,7 +5,7 @@ everywhere. LiteRT hands the ops its XNNPACK delegate takes to XNNPACK's
 SIMD kernels (the CPU's fast path) and leaves the rest to its builtin
 reference kernels, which are many times slower. Two modes cannot be fast on
 a CPU at all (measured on ViT-Ti/16 and ViT-S/16 at 224 px, LiteRT 2.3,
-benchmarks/README.md's edge table):
+benchmarks/findings/edge-table-int8.md):
 
 - int16x8: XNNPACK has no int16 kernels, so every op runs on LiteRT's
   reference kernels: 29-31x float32's latency. It is made for NPUs and DSPs

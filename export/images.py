@@ -6,7 +6,8 @@ import os
 import numpy as np
 
 from export.input_range import PIXELS, UNIT, check_images_range, scale
-from export.signature import ServingGraph, image_shape
+from export.signature import ServingGraph
+from export.sizes import image_shape
 
 VERIFY_SAMPLES = 512
 SEEDED_SAMPLES = 64

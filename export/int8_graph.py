@@ -10,7 +10,7 @@ LiteRT 2.3's files: zero point 0 taken, every other declined). In a ViT both att
 an activation as second operand, so XNNPACK declined 23 of ViT-Ti/16's 24
 (the one taken had a calibrated zero point of exactly 0), and LiteRT's
 builtin int8 BATCH_MATMUL ran them: 32 of the int8 file's 38 ms
-(benchmarks/README.md, "int8 faster than float32").
+(benchmarks/findings/int8-symmetric-matmul.md).
 
 `symmetric_matmul_operands` changes the graph, not the runtime: it gives the
 second operand of every int8 `BATCH_MATMUL` symmetric quantisation

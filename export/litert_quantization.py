@@ -32,7 +32,7 @@ of its recipes (`litert_quantizer.recipe`) and its default policy:
   LayerNorm's per-token statistics and the residual stream share one int8
   scale over tokens whose spread differs by orders of magnitude
   (docs/traps.md). On the ViT-Ti/16 judge (95.0%): "int8" agrees on 92.2%
-  of 256 held-out digits, this mode on 99.2% (benchmarks/README.md, each
+  of 256 held-out digits, this mode on 99.2% (benchmarks/findings/int8-trained-judges.md, each
   step measured). Float32 I/O. For NPUs and DSPs that take int16
   activations; on a CPU its int16 ops run on LiteRT's reference kernels.
 - "weight_only_int8": int8 weights (symmetric, per output channel), a

@@ -36,7 +36,7 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
     pass `onnx.checker.check_model(full_check=True)`, hold only standard ONNX
     ops (no `Erfc` or `PartitionedCall` left-overs), and load in onnxruntime.
     Unless `verify=False`, onnxruntime's outputs are then compared with the
-    float32 model (`export.verify.TOLERANCES[quantization]`).
+    float32 model (`export.tolerances.TOLERANCES[quantization]`).
 
     Quantisation modes (onnxruntime's own tools, `export.onnx_quantization`;
     int8 weights, default-domain ops only, so not tied to onnxruntime):
@@ -133,7 +133,7 @@ def _converted(graph, opset, name):
         import tf2onnx
 
         proto, _ = tf2onnx.convert.from_function(graph.function, input_signature=[graph.input_spec], opset=opset)
-        _rename_output(proto, OUTPUT_NAME)
+        rename_output(proto, OUTPUT_NAME)
         content = proto.SerializeToString()
         check_onnx(content, name)
         cache[opset] = content
@@ -146,7 +146,7 @@ def check_opset(opset):
         raise ValueError(f"`opset` must be an int in [13, 18] (tf2onnx 1.17). Received: opset={opset!r}")
 
 
-def _rename_output(proto, name):
+def rename_output(proto, name):
     """Gives the graph's single output a stable name."""
     old = proto.graph.output[0].name
     if old == name:

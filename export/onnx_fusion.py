@@ -6,7 +6,7 @@ kernels (`onnxruntime.transformers.optimizer.optimize_model`, model type "vit", 
 **only onnxruntime runs the file**; `model.onnx` holds default-domain ops only and stays the portable one.
 
 The optimizer matches the node patterns of PyTorch's exporter, and fuses nothing in tf2onnx's graph of a Keras model
-as it comes (benchmarks/README.md, "onnxruntime's transformer optimizer on a ViT's float32 file"). So two rewrites run
+as it comes (benchmarks/findings/onnx-fusion-first-look.md). So two rewrites run
 first (`rewrite_for_fusion`), each computing the same numbers:
 - each LayerNorm subgraph tf2onnx writes (`d = Sub(x, GlobalAveragePool(x))` at opset 17, `ReduceMean` over the last
   axis at opset 18, `Mul(d, d)`, the same mean,
@@ -22,8 +22,8 @@ export report has it per fused file.
 
 Speed: on an AMD EPYC without AMX (2 cores), ViT-Ti/16, S/16 and B/16 at batch 1 and 8 on 1 and 2 threads, timed in
 turn, the fused file ran at 0.88-1.25x `model.onnx`'s speed (level to slower on one thread; `python -m
-benchmarks.onnx_fusion`, benchmarks/README.md). Whether it pays depends on the CPU: time it on yours (`make bench`'s
-artifact rows).
+benchmarks.onnx_fusion`, benchmarks/findings/onnx-fusion.md). Whether it pays depends on the CPU: time it on yours
+(`make bench`'s artifact rows).
 """
 
 import collections

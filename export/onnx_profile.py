@@ -18,14 +18,14 @@ import time
 import numpy as np
 
 from export.profile import check_arguments
-from export.verify import _first_line as verify_first_line
+from export.verify import first_line as verify_first_line
 
 WARMUP_RUNS = 3
 MAX_THREADS = 1024
 MAX_INPUT_BYTES = 1 << 30  # a batch-1 input larger than 1 GiB is a mistyped input_shape, not an image
 
 
-def _session(path, num_threads, profile_prefix=None):
+def profiling_session(path, num_threads, profile_prefix=None):
     """A sequential CPU session with `num_threads` intra-op threads (as `benchmarks.edge` times ONNX files)."""
     import onnxruntime
 
@@ -42,24 +42,24 @@ def _session(path, num_threads, profile_prefix=None):
     try:
         return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own exception types (InvalidGraph, Fail, ...)
-        raise RuntimeError(f"{path}: onnxruntime cannot load the file: {_first_line(e)}") from None
+        raise RuntimeError(f"{path}: onnxruntime cannot load the file: {first_line(e)}") from None
 
 
-def _first_line(error):
+def first_line(error):
     return verify_first_line(error) or type(error).__name__
 
 
-def _run(session, feed, path):
+def run_session(session, feed, path):
     """One `session.run`; onnxruntime's own errors (a shape the graph cannot take, ...) as a RuntimeError."""
     try:
         return session.run(None, feed)
     except Exception as e:  # onnxruntime's InvalidArgument, Fail, RuntimeException, ...
         shapes = {name: list(value.shape) for name, value in feed.items()}
         raise RuntimeError(f"{path}: onnxruntime cannot run the file on inputs of shape {shapes}: "
-                           f"{_first_line(e)}") from None
+                           f"{first_line(e)}") from None
 
 
-def _batch1_feed(session, input_shape=None):
+def batch1_feed(session, input_shape=None):
     """`{input name: seeded batch-1 value}`: floats in [-1, 1], 8- and 16-bit integers over their range, wider
     ones in [0, 255].
 
@@ -125,10 +125,10 @@ def onnx_graph_latency_ms(path, num_threads=1, runs=20, input_shape=None):
         RuntimeError: onnxruntime cannot load the file, or cannot run it on the inputs fed.
     """
     path = check_arguments(path, num_threads, runs, kind=".onnx")
-    session = _session(path, num_threads)
-    feed = _batch1_feed(session, input_shape)
+    session = profiling_session(path, num_threads)
+    feed = batch1_feed(session, input_shape)
     times = []
-    _run(session, feed, path)  # a shape the graph cannot take fails here, named, before any timing
+    run_session(session, feed, path)  # a shape the graph cannot take fails here, named, before any timing
     for i in range(runs + 2):
         start = time.perf_counter()
         session.run(None, feed)
@@ -169,10 +169,10 @@ def onnx_op_times(path, num_threads=1, runs=20, input_shape=None):
     """
     path = check_arguments(path, num_threads, runs, kind=".onnx")
     with tempfile.TemporaryDirectory(prefix="keras_vit_onnx_profile_") as folder:
-        session = _session(path, num_threads, os.path.join(folder, "profile"))
-        feed = _batch1_feed(session, input_shape)
+        session = profiling_session(path, num_threads, os.path.join(folder, "profile"))
+        feed = batch1_feed(session, input_shape)
         for _ in range(WARMUP_RUNS + runs):
-            _run(session, feed, path)
+            run_session(session, feed, path)
         with open(session.end_profiling()) as f:
             events = json.load(f)
     nodes, runs_so_far = {}, {}

@@ -13,16 +13,17 @@ from export.onnx import check_opset
 from export.onnx_fusion import check_fusion, fused_nodes
 from export.onnx_quantization import ONNX_QUANTIZATIONS
 from export.output_folder import FORMATS, artifact_file, earlier_files
-from export.signature import ServingGraph, is_dynamic, model_image_shape, parse_image_size, prepare
+from export.signature import ServingGraph, prepare
+from export.sizes import is_dynamic, model_image_shape, parse_image_size
 from export.tflite import (CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, check_dynamic_size_quantization,
                            check_quantization)
 from export.app_files import check as check_app_files, held_out_files
-from export.images import VERIFY_SAMPLES, load_data  # noqa: F401 (VERIFY_SAMPLES: export_all's verification count)
+from export.images import load_data
 from export.contract import artifact_contract, check_keras_accuracy, label_names as _label_names, read_labels_file
 from export.fast_path import fast_path
 from export.scores import CLASSLESS
-from export.verify import (FEATURES_NOTE, MEDIAPIPE_FEATURES, MEDIAPIPE_TOKENS, NOISE_HINT, TOKENS_NOTE, Artifact,
-                           VerificationError, decision_failure, resized_images, verify)
+from export.tolerances import FEATURES_NOTE, MEDIAPIPE_FEATURES, MEDIAPIPE_TOKENS, TOKENS_NOTE
+from export.verify import NOISE_HINT, Artifact, VerificationError, decision_failure, resized_images, verify
 from export.web_check import check_available as check_web_available, check_in_browser, runtimes as web_runtimes
 
 def parse_list(value, allowed, name):
@@ -123,7 +124,7 @@ def export_all(
         measure_latency: bool; batch-1 latency per artifact.
         scores: "probabilities" (default: a softmax in the graph when the
             head has none, scores an app can threshold) or "logits" (the
-            head's raw outputs); see `export.signature.score_kind`. The report
+            head's raw outputs); see `export.scores.score_kind`. The report
             records what the artifacts output ("scores").
         onnx_quantization: ONNX modes, list or comma string of
             `export.onnx_quantization.ONNX_QUANTIZATIONS` ("float32" ->
@@ -147,7 +148,7 @@ def export_all(
             See `export.tflite.export_tflite`.
         image_size: None (default), (height, width) or "H,W" / "S" in
             pixels, multiples of the patch size (times the hybrid's stride),
-            or "dynamic" (`export.signature.parse_image_size`). A fixed-size
+            or "dynamic" (`export.sizes.parse_image_size`). A fixed-size
             model given another size is exported at that size:
             `keras_vit.resize(model, (H, W, C))`, its position table
             resampled once (the report records `resized_from`). A model of

@@ -37,7 +37,7 @@ def _tflite_interpreter(path):
     return Interpreter(model_path=path, num_threads=1)
 
 
-def _tflite_invoke(interpreter, images):
+def tflite_invoke(interpreter, images):
     inp = interpreter.get_input_details()[0]
     out = interpreter.get_output_details()[0]
     if tuple(inp["shape"]) != images.shape:
@@ -62,7 +62,7 @@ def _tflite_invoke(interpreter, images):
 def _run_tflite(path, images):
     interpreter = _tflite_interpreter(path)
     interpreter.allocate_tensors()
-    return np.concatenate([_tflite_invoke(interpreter, images[i : i + 1]) for i in range(len(images))])
+    return np.concatenate([tflite_invoke(interpreter, images[i : i + 1]) for i in range(len(images))])
 
 
 def _run_onnx(path, images, one_at_a_time=False):
@@ -83,7 +83,7 @@ def latency_ms(artifact, image):
     if artifact.format == "tflite":
         interpreter = _tflite_interpreter(artifact.path)
         interpreter.allocate_tensors()
-        call = lambda: _tflite_invoke(interpreter, image)  # noqa: E731
+        call = lambda: tflite_invoke(interpreter, image)  # noqa: E731
     elif artifact.format == "onnx":
         import onnxruntime
 

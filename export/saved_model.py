@@ -4,7 +4,7 @@ import shutil
 
 from keras_vit.common import files as _files
 from export.input_range import UNIT, scale
-from export.signature import INPUT_NAME, OUTPUT_NAME, prepare
+from export.signature import prepare
 from export.verify import Artifact, check_artifact, verification_images
 
 
@@ -36,7 +36,7 @@ def export_saved_model(model, path, include_preprocessing=False, overwrite=False
             False: `images` are in the range the model takes.
         overwrite: bool, default False. Replace an existing `path`.
         verify: bool, default True: run the SavedModel in TensorFlow against
-            the float32 model (`export.verify.TOLERANCES["float32"]`) before
+            the float32 model (`export.tolerances.TOLERANCES["float32"]`) before
             moving it into place; False skips it.
         verification_data: float32 images `(n, h, w, c)` in the range the
             Keras model takes, to verify on; default a seeded batch of noise.

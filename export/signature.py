@@ -30,10 +30,9 @@ import zipfile
 from keras_vit.common import files as _files
 from keras_vit.common.validation import is_int
 from export.input_range import PIXELS, READ, UNIT, model_input_range, parse_input_range, range_name, scale
-from export.scores import SCORES, apply_activation, score_kind, sigmoid, softmax  # noqa: F401 (export.signature's names too)
-from export.sizes import (  # noqa: F401 (export.signature's names too)
-    _all_layers,
-    cell_size,
+from export.scores import apply_activation, score_kind
+from export.sizes import (
+    all_layers,
     default_image_size,
     image_shape,
     is_dynamic,
@@ -58,7 +57,7 @@ def dtype_policy_name(model):
     keras_vit's head); the name returned is that of the other layers: the most
     common policy other than "float32", or "float32" if there is none.
     """
-    names = [layer.dtype_policy.name for layer in _all_layers(model) if hasattr(layer, "dtype_policy")]
+    names = [layer.dtype_policy.name for layer in all_layers(model) if hasattr(layer, "dtype_policy")]
     low = [n for n in names if n != "float32"]
     return max(set(low), key=low.count) if low else "float32"
 
@@ -97,7 +96,7 @@ def _has_keras_norms(model):
     import keras
 
     plain = (keras.layers.LayerNormalization, keras.layers.GroupNormalization)
-    return any(type(layer) in plain for layer in _all_layers(model))
+    return any(type(layer) in plain for layer in all_layers(model))
 
 
 def float32_twin(model):
@@ -386,7 +385,7 @@ def prepare(model, include_preprocessing=False, batch_size=None, scores=None, im
 
 def contains_layer(model, cls):
     """True if `model` or any model nested in it has a layer of class `cls`."""
-    return any(isinstance(layer, cls) for layer in _all_layers(model))
+    return any(isinstance(layer, cls) for layer in all_layers(model))
 
 
 def load_vit(path):

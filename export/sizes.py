@@ -57,7 +57,7 @@ def cell_size(model):
     """
     from keras_vit.layers import ImageSizeCheck, Patches
 
-    layers = _all_layers(model)
+    layers = all_layers(model)
     for layer in layers:
         if isinstance(layer, ImageSizeCheck):
             return layer.patch_size * layer.stride
@@ -96,7 +96,7 @@ def default_image_size(model):
     height, width, _ = model_image_shape(model)
     if height is not None and width is not None:
         return height, width
-    layers = _all_layers(model)
+    layers = all_layers(model)
     patches = [layer for layer in layers if isinstance(layer, Patches)]
     encoders = [layer for layer in layers if isinstance(layer, PatchEncoder) and layer.grid_size is not None]
     resizing = [layer for layer in layers if isinstance(layer, keras.layers.Resizing)]
@@ -181,7 +181,7 @@ def _patch_size(model):
     """The patch size of the model's first keras_vit `Patches` layer, or None where it has none."""
     from keras_vit.layers import Patches
 
-    return next((layer.patch_size for layer in _all_layers(model) if isinstance(layer, Patches)), None)
+    return next((layer.patch_size for layer in all_layers(model) if isinstance(layer, Patches)), None)
 
 
 def other_image_size(model, image_size):
@@ -200,6 +200,6 @@ def other_image_size(model, image_size):
     return (image_size[0] + (cell if height is None else 0), image_size[1] + (2 * cell if width is None else 0))
 
 
-def _all_layers(model):
+def all_layers(model):
     """Every layer of a model, nested models and sublayers included."""
     return [layer for layer in model._flatten_layers(include_self=False, recursive=True)]

@@ -11,11 +11,12 @@ from keras_vit.common import files as _files
 from keras_vit.layers.classifier_head import check_class_names
 from export.litert_quantization import CALIBRATED as _LITERT_CALIBRATED
 from export.litert_quantization import LITERT_QUANTIZATIONS, missing_package
-from export.images import DEFAULT_CALIBRATION_STEPS, representative_samples  # noqa: F401 (export.tflite's names too)
+from export.images import representative_samples
 from export.input_range import UNIT, scale
 from export.reparameterize import balanced_graph
 from export.scores import CLASSLESS
-from export.signature import ServingGraph, parse_image_size, prepare
+from export.signature import ServingGraph, prepare
+from export.sizes import parse_image_size
 from export.verify import Artifact, check_artifact, verification_images
 
 # TensorFlow's converter makes the first four (and `keras-vit-export` makes them by default); LiteRT Quantizer
@@ -122,14 +123,14 @@ def export_tflite(
     253 ops (152 of them SHAPE, GATHER, REDUCE_PROD and PACK on int32 shape
     values), 229 of which XNNPACK leaves to LiteRT's builtin kernels, and
     splits the float32 graph into 52 XNNPACK partitions instead of 2
-    (`export.profile`, benchmarks/README.md). `batch_size=None` gives a
+    (`export.profile`, benchmarks/findings/tflite-batch.md). `batch_size=None` gives a
     dynamic batch: the input is `(1, h, w, c)` and can be resized to any
     batch with `resize_tensor_input`. The file is loaded in LiteRT
     (`ai_edge_litert`) and its op list checked: a Select-TF (Flex) or custom
     op makes the export fail. Then, unless `verify=False`, it is run in
     LiteRT against the float32 model on `verification_data` (default: the
     calibration images for "int8", else a seeded batch of noise) with the
-    tolerances of `export.verify.TOLERANCES`; only a file that passes is
+    tolerances of `export.tolerances.TOLERANCES`; only a file that passes is
     moved to `path`.
 
     A model of any resolution (`input_shape=(None, None, C)`) gives a file
@@ -191,7 +192,7 @@ def export_tflite(
             graph when the head has no activation) or "logits".
         image_size: None, (height, width) in pixels (a model of any
             resolution, or a fixed-size model's own size) or "dynamic"; see
-            above and `export.signature.parse_image_size`.
+            above and `export.sizes.parse_image_size`.
         input_range: None (default: read from the model's first layers,
             `export.input_range.model_input_range`) or the range the model
             takes, one of `export.input_range.RANGES` ("-1,1", "0,1", "0,255").

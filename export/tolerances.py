@@ -14,8 +14,8 @@ from export.scores import CLASSLESS, decision_scores
 #   scale: max |diff| / max |Keras output| <= 2e-5. An absolute bar fails correct exports of models
 #   whose logits reach the hundreds (ViT-Ti/16 at 224 px, or a small ViT trained a while) and is too
 #   loose for tiny logits. Measured (`python -m benchmarks.export_tolerance`, table in
-#   benchmarks/README.md) on ViT-Ti/16, S/16 and B/16 at 224 px with logits up to 330: SavedModel 0,
-#   TFLite and ONNX at most 1.5e-6. 2e-5 leaves a 13x margin and still fails a file whose head weights
+#   benchmarks/findings/export-tolerance.md) on ViT-Ti/16, S/16 and B/16 at 224 px with logits up to 330:
+#   SavedModel 0, TFLite and ONNX at most 1.5e-6. 2e-5 leaves a 13x margin and still fails a file whose head weights
 #   are 1% off (tests/export/test_precision_and_checks.py).
 # - float16: weights rounded to 10-bit mantissas; docs/traps.md reports logit drift of 0.03-0.16 on
 #   attention models, so only the decision is bounded: top-1 agreement >= 99%.
@@ -56,7 +56,8 @@ TOLERANCES = {
 # features dense heads are built on) has no decision to agree on: its files are verified token by token, by the
 # relative difference (float32, as above) and by `cosine`, the mean over every image's tokens of the cosine of the
 # file's token vector and Keras' (`compare`). Measured (`python -m benchmarks.token_tolerance`, table in
-# benchmarks/README.md) on three digits ViTs trained at 16 px (hidden 32 / 1 layer, 64 / 2, make demo's 128 / 4),
+# benchmarks/findings/token-tolerance.md) on three digits ViTs trained at 16 px (hidden 32 / 1 layer, 64 / 2,
+# make demo's 128 / 4),
 # cut at encoder_norm, on the 360 held-out digits; the least mean token cosine of the three: float16 1.000000,
 # dynamic_int8 0.99971 (ONNX 0.99966), int8 0.99414 (ONNX 0.99898), int16x8 0.99970, int8_mixed16 0.99875,
 # weight_only_int8 0.99976, weight_only_int4 and dynamic_int4 0.9455 (the hidden-32 model, which misses the

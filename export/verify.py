@@ -10,28 +10,13 @@ import os
 import numpy as np
 
 from export.fast_path import fast_path
-from export.runtimes import (  # noqa: F401 (export.verify's names too)
-    LATENCY_RUNS,
-    _run_onnx,
-    _run_saved_model,
-    _run_tflite,
-    _saved_model_call,
-    _tflite_interpreter,
-    _tflite_invoke,
-    latency_ms,
-    run_artifact,
-)
+from export.runtimes import latency_ms, run_artifact
 from export.scores import CLASSLESS
-from export.tolerances import (  # noqa: F401 (export.verify's names too)
+from export.tolerances import (
     FEATURES_NOTE,
-    LOWER_IS_BETTER,
     MEDIAPIPE_FEATURES,
     MEDIAPIPE_TOKENS,
-    NEAR_TIE,
-    TIE_MARGIN,
-    TOKEN_TOLERANCES,
     TOKENS_NOTE,
-    TOLERANCES,
     compare,
     failures,
     tolerance,
@@ -63,7 +48,7 @@ def reference_outputs(model, images, scores=None):
 
     Like with like: probabilities (the twin's outputs through a float64
     softmax where the serving graph adds one) or logits, as the artifact
-    outputs them (`export.signature.score_kind`).
+    outputs them (`export.scores.score_kind`).
 
     Args:
         model: a Keras model (any dtype policy) or an `export.signature.ServingGraph`.
@@ -77,7 +62,8 @@ def reference_outputs(model, images, scores=None):
         ValueError: the model's head cannot give `scores`.
     """
     from export.input_range import UNIT, model_input_range, scale
-    from export.signature import ServingGraph, apply_activation, float32_twin, score_kind
+    from export.signature import ServingGraph, float32_twin
+    from export.scores import apply_activation, score_kind
 
     if isinstance(model, ServingGraph) and scores in (None, model.scores):
         return model.predict(images)
@@ -141,7 +127,7 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
         if artifact.scores not in references:
             references[artifact.scores] = reference_outputs(model, images, artifact.scores)
         reference = references[artifact.scores]
-        inputs = _artifact_inputs(model, artifact, images)
+        inputs = artifact_inputs(model, artifact, images)
         row = {
             "name": artifact.name,
             "format": artifact.format,
@@ -175,7 +161,7 @@ def verify(model, artifacts, images, labels=None, raise_on_failure=True, measure
             if measure_latency:
                 row["latency_ms_batch1"] = latency_ms(artifact, inputs[:1])
         except Exception as e:  # the runtime refused the artifact: that is a failed verification
-            row["failures"] = [f"cannot run in its runtime: {type(e).__name__}: {_first_line(e)}"]
+            row["failures"] = [f"cannot run in its runtime: {type(e).__name__}: {first_line(e)}"]
         row["passed"] = not row["failures"]
         results.append(row)
     failed = [f"{r['name']}: {'; '.join(r['failures'])}" for r in results if not r["passed"]]
@@ -190,7 +176,7 @@ def _verify_other_sizes(model, artifact, other_sizes, row):
     for images, labels in other_sizes:
         images = np.asarray(images, dtype="float32")
         size = f"{images.shape[1]}x{images.shape[2]}"
-        inputs = _artifact_inputs(model, artifact, images)
+        inputs = artifact_inputs(model, artifact, images)
         figures = compare(reference_outputs(model, images, artifact.scores), run_artifact(artifact, inputs), labels,
                           _score_kind(model, artifact))
         row["at_sizes"][size] = figures
@@ -309,7 +295,7 @@ def artifact_range(model, artifact):
     return model.model_range if isinstance(model, ServingGraph) else model_input_range(model)[0]
 
 
-def _artifact_inputs(model, artifact, images):
+def artifact_inputs(model, artifact, images):
     """Images in [-1, 1] as the artifact takes them, float32."""
     from export.input_range import UNIT, scale
 
@@ -318,14 +304,15 @@ def _artifact_inputs(model, artifact, images):
 
 def _score_kind(model, artifact):
     """What the artifact outputs: "probabilities", "logits", "outputs", "features" or "tokens" (`export.scores.score_kind`)."""
-    from export.signature import ServingGraph, score_kind
+    from export.signature import ServingGraph
+    from export.scores import score_kind
 
     twin = model.model if isinstance(model, ServingGraph) else model
     default = model.scores if isinstance(model, ServingGraph) else "probabilities"
     return score_kind(twin, artifact.scores or default)[0]
 
 
-def _first_line(error):
+def first_line(error):
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     return lines[0][:300] if lines else ""
 

@@ -35,7 +35,7 @@ import numpy as np
 from export.mediapipe_check import to_frames
 from export.scores import CLASSLESS
 from export.tolerances import compare, failures
-from export.verify import _artifact_inputs, reference_outputs
+from export.verify import artifact_inputs, reference_outputs
 
 WEB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "web")
 PACKAGES = ("@mediapipe/tasks-vision", "onnxruntime-web")
@@ -272,7 +272,7 @@ def web_figures(browser, artifact, row, images, labels, reference_fn, inputs, me
         labels: optional int `(n,)`.
         reference_fn: `rounded -> the Keras model's outputs` on `images` (as the artifact's, float32), or with
             `rounded` True on the uint8 frames MediaPipe is given (`to_frames(images)`, back in [-1, 1]).
-        inputs: the images as the artifact takes them (`export.verify._artifact_inputs`), for ONNX files.
+        inputs: the images as the artifact takes them (`export.verify.artifact_inputs`), for ONNX files.
         measure_latency: bool: also the median batch-1 latency in the browser (ms, 10 calls, one thread).
 
     Returns:
@@ -343,7 +343,7 @@ def check_in_browser(model, artifacts, rows, images, labels=None, measure_latenc
         for artifact, row in checked:
             figures = web_figures(browser, artifact, row, images, labels,
                                   lambda on_frames, scores=artifact.scores: reference(scores, on_frames),
-                                  _artifact_inputs(model, artifact, images), measure_latency)
+                                  artifact_inputs(model, artifact, images), measure_latency)
             row.update(figures)
             if figures.get("web_failures"):
                 row["failures"] = row.get("failures", []) + [f"in the browser: {f}" for f in figures["web_failures"]]

@@ -1,6 +1,6 @@
 """keras_vit: the Vision Transformer (arXiv:2010.11929) for Keras 3."""
 
-from keras_vit.cli import console as _console
+from keras_vit.common import console as _console
 
 _console.quiet_start()  # before TensorFlow loads; a no-op unless this process is a keras-vit-* command line
 

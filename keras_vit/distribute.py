@@ -111,7 +111,7 @@ def choose_xla(xla, strategy, precision):
         (2) when the strategy all-reduces across CPU devices, which XLA cannot compile, and
         (3) for mixed_bfloat16 on CPUs only: XLA:CPU's bfloat16 matrix products use no bfloat16 hardware (AMX,
         AVX512-BF16) while TensorFlow's oneDNN kernels do, so ViT-B/16 trains 1.7-1.9x faster without XLA on
-        such a CPU (benchmarks/README.md).
+        such a CPU (benchmarks/findings/full-run-2026-11-30-intel-amx.md).
 
     Raises:
         ValueError: `xla` is not one of the three, or "on" under op determinism or under a strategy that needs

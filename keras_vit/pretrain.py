@@ -44,7 +44,7 @@ name and moved into place; an existing `backbone.keras` is kept unless
 import os
 import sys
 
-from keras_vit.cli import text as _cli
+from keras_vit.common import cli_text as _cli
 from keras_vit.common import files as _files
 from keras_vit.cli.args import (
     add_data_arguments,
@@ -54,16 +54,16 @@ from keras_vit.cli.args import (
     cli,
     require_tensorflow,
 )
-from keras_vit.cli.run_files import _atomic_write, _plot_history, _write_json
+from keras_vit.cli.run_files import atomic_write, plot_history, write_json
 from keras_vit.train import (
-    _check_run_args,
-    _fit,
-    _load_data,
-    _model_config,
-    _run_metrics,
-    _start,
-    _steps_per_epoch,
-    _timed_evaluate,
+    check_run_args,
+    fit_with_backup,
+    load_data,
+    builder_config,
+    run_metrics,
+    start_run,
+    count_steps,
+    timed_evaluate,
 )
 
 # Appendix B.1.2: "Adam, with a base learning rate of 2e-4, warmup of 10k steps and cosine learning rate decay".
@@ -134,15 +134,15 @@ def run(args):
     """
     if not 0 < args.corruption_rate < 1:
         raise ValueError(f"--corruption-rate must be in (0, 1). Received: {args.corruption_rate}")
-    warmup_epochs = _check_run_args(
+    warmup_epochs = check_run_args(
         args, ("backbone.keras", "pretraining.weights.h5", "metrics.json", "history.json", "loss_curve.png"))
-    model_config, image_size = _model_config(args)
+    model_config, image_size = builder_config(args)
     out = args.output_dir
 
     from keras_vit import distribute, pretraining
 
-    strategy, chief, jit_compile = _start(args)
-    images, held_out = _load_data(args, image_size, args.batch_size)
+    strategy, chief, jit_compile = start_run(args)
+    images, held_out = load_data(args, image_size, args.batch_size)
     num_train = images.num_examples
     with strategy.scope():  # model, optimizer and metrics live on the strategy's devices
         backbone = _backbone(args, model_config, image_size)
@@ -155,7 +155,7 @@ def run(args):
     val = pretraining.masked_patch_dataset(held_out, cell_size, seed=args.seed + 1, **corrupt).cache()
     if args.strategy != "default":
         train, val = distribute.shard(train), distribute.shard(val)
-    steps_per_epoch = _steps_per_epoch(train)
+    steps_per_epoch = count_steps(train)
     with strategy.scope():
         _build(model, train)  # BackupAndRestore needs built weights before fit
         pretraining.compile_pretraining(
@@ -165,14 +165,14 @@ def run(args):
             warmup_steps=int(warmup_epochs * steps_per_epoch),
             jit_compile=jit_compile,
         )
-    hist, train_time = _fit(model, train, val, args, strategy, chief)
-    results, eval_time = _timed_evaluate(model, val)
+    hist, train_time = fit_with_backup(model, train, val, args, strategy, chief)
+    results, eval_time = timed_evaluate(model, val)
     accuracy = [k for k in results if "accuracy" in k]
     if args.target == "mean_color":
         results = {"loss": results["loss"], "mean_color_accuracy": results[accuracy[0]]}
     num_val = held_out.num_examples or sum(int(x["images"].shape[0]) for x, _, _ in val)
     metrics = {
-        **_run_metrics(results, eval_time, num_val, train_time, num_train or steps_per_epoch * args.batch_size,
+        **run_metrics(results, eval_time, num_val, train_time, num_train or steps_per_epoch * args.batch_size,
                        args, model, strategy),
         "backbone_parameters": int(backbone.count_params()),
         "num_train_images": num_train,
@@ -188,11 +188,11 @@ def run(args):
     if not chief:
         return metrics
     with _files.sigterm_deferred():  # a SIGTERM here waits: never a backbone.keras without its metrics
-        _atomic_write(os.path.join(out, "backbone.keras"), model.backbone.save)
-        _atomic_write(os.path.join(out, "pretraining.weights.h5"), model.save_weights)
-        _write_json(os.path.join(out, "history.json"), hist)
-        _write_json(os.path.join(out, "metrics.json"), metrics)
-        _plot_history(os.path.join(out, "loss_curve.png"), hist, keys=("loss", *accuracy[:1]))
+        atomic_write(os.path.join(out, "backbone.keras"), model.backbone.save)
+        atomic_write(os.path.join(out, "pretraining.weights.h5"), model.save_weights)
+        write_json(os.path.join(out, "history.json"), hist)
+        write_json(os.path.join(out, "metrics.json"), metrics)
+        plot_history(os.path.join(out, "loss_curve.png"), hist, keys=("loss", *accuracy[:1]))
     return metrics
 
 

@@ -9,7 +9,7 @@ from keras_vit.common.validation import check_choice
 from keras_vit.layers import ImageSizeCheck, PatchEncoder, Patches
 from keras_vit.layers.position_embedding import INTERPOLATIONS
 from keras_vit.models.resnet import output_stride
-from keras_vit.models.vit import _resolve_input_shape
+from keras_vit.models.vit import resolve_input_shape
 from keras_vit.weights.loader import describe, resnet_num_layers
 from keras_vit.weights.resample import resample_position_embedding
 
@@ -89,7 +89,7 @@ def resize(model, input_shape, interpolation=None):
             f"`input_shape` must be (height, width, channels) with the model's {channels} channels. "
             f"Received: input_shape={input_shape!r}"
         )
-    height, width, _ = _resolve_input_shape(input_shape, None, patches.patch_size, stride)
+    height, width, _ = resolve_input_shape(input_shape, None, patches.patch_size, stride)
     dynamic = height is None or width is None
     cell = patches.patch_size * stride
     old_grid = tuple(describe(model)["grid"])

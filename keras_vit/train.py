@@ -51,7 +51,7 @@ import os
 import sys
 import time
 
-from keras_vit.cli import text as _cli
+from keras_vit.common import cli_text as _cli
 from keras_vit.common import files as _files
 from keras_vit.cli import init_from as _init_from
 from keras_vit.cli import run_files as _run_files
@@ -68,16 +68,16 @@ from keras_vit.cli.args import (  # noqa: F401 (DEFAULTS and the argument groups
 )
 from keras_vit.common.backend import backend
 from keras_vit.cli.run_files import (
-    _atomic_write,
-    _backed_up_epoch,
-    _check_backup_dir,
-    _check_output_dir,
-    _check_resumable,
-    _discard_run_file,
-    _has_backup,
-    _plot_history,
-    _run_file_writer,
-    _write_json,
+    atomic_write,
+    backed_up_epoch,
+    check_backup_dir,
+    check_output_dir,
+    check_resumable,
+    discard_run_file,
+    has_backup,
+    plot_history,
+    run_file_writer,
+    write_json,
 )
 
 def build_parser():
@@ -120,7 +120,7 @@ _ARCHITECTURE_FLAGS = ("variant", "patch_size", "hidden_size", "num_layers", "nu
                        "position_embedding", "dropout_rate", "stochastic_depth_rate")
 
 
-def _model_config(args):
+def builder_config(args):
     """Returns (builder kwargs, image_size) from the parsed arguments (image_size None: the --init-from model's)."""
     if args.image_size is not None and args.image_size < 1:
         raise ValueError(f"--image-size must be >= 1 (pixels). Received: {args.image_size}")
@@ -198,7 +198,7 @@ def _check_data_source_flags(args):
                          f"the data is {'--tfds ' + args.tfds if args.tfds else 'the digits'}: use {split}")
 
 
-def _load_data(args, image_size, batch_size, settings=None):
+def load_data(args, image_size, batch_size, settings=None):
     """(training, held-out) pipelines of `keras_vit.data` for the data flags; --labels-fraction subsets the first.
 
     `settings` (a `keras_vit.recipes.recipe`) adds its RandAugment, random
@@ -258,7 +258,7 @@ def _applied_settings(settings, args):
 _ITERATORS_PER_EPOCH = 2  # keras/src/trainers/epoch_iterator.py: one at the end of an epoch, one at the start
 
 
-def _check_run_args(args, outputs):
+def check_run_args(args, outputs):
     """Checks the data, training and output flags of a run before any work; returns the warm-up in epochs.
 
     Args:
@@ -270,7 +270,7 @@ def _check_run_args(args, outputs):
         ValueError: a flag out of range (named), an output folder that
             cannot be one, an existing output there without --overwrite, a
             backup folder that holds other files, or the backup of an
-            interrupted run of another command (`_check_resumable`).
+            interrupted run of another command (`check_resumable`).
     """
     for name in ("epochs", "batch_size"):
         if getattr(args, name) < 1:
@@ -294,7 +294,7 @@ def _check_run_args(args, outputs):
             f"(KERAS_BACKEND={backend()} here). Train with KERAS_BACKEND=tensorflow, or on JAX distribute from "
             "Python with keras.distribution.DataParallel (README, 'Keras backends')")
     out = args.output_dir
-    _check_output_dir(out)
+    check_output_dir(out)
     existing = [name for name in outputs if os.path.exists(os.path.join(out, name))]
     if existing and not args.overwrite:  # another command's files too (keras-vit-pretrain's metrics.json)
         raise ValueError(f"{os.path.join(out, existing[0])} exists"
@@ -305,12 +305,12 @@ def _check_run_args(args, outputs):
     if args.tpu is not None and args.strategy != "tpu":
         raise ValueError(f"--tpu applies to --strategy tpu only. Received: --strategy {args.strategy}")
     backup_dir = args.backup_dir or os.path.join(out, "backup")
-    _check_backup_dir(backup_dir, out)
-    _check_resumable(backup_dir, args)
+    check_backup_dir(backup_dir, out)
+    check_resumable(backup_dir, args)
     return warmup_epochs
 
 
-def _start(args):
+def start_run(args):
     """Strategy, XLA choice (said on stderr when auto turns it off), seed and global policy; (strategy, chief, jit)."""
     import keras
 
@@ -325,14 +325,14 @@ def _start(args):
     return strategy, distribute.is_chief(), jit_compile
 
 
-def _steps_per_epoch(train):
+def count_steps(train):
     steps = int(train.cardinality())
     if steps < 1:
         raise ValueError("the training data set is empty or of unknown size")
     return steps
 
 
-def _fit(model, train, val, args, strategy, chief):
+def fit_with_backup(model, train, val, args, strategy, chief):
     """`model.fit` for `args.epochs` with a resumable backup (BackupAndRestore); returns (history dict, seconds)."""
     from keras_vit import distribute
 
@@ -346,14 +346,14 @@ def _fit(model, train, val, args, strategy, chief):
     # A resumed run restarts at the epoch it was in; advance the pipeline's reshuffling to that epoch, so that
     # it sees the same images in the same order as an uninterrupted run. Creating an iterator is what moves a
     # tf.data reshuffle on (no data is read), and Keras 3.15's fit creates two per epoch (docs/traps.md).
-    done = _backed_up_epoch(backup_dir)
+    done = backed_up_epoch(backup_dir)
     callbacks = [backup]
     created = not os.path.isdir(backup_dir)
-    if _has_backup(backup_dir):
+    if has_backup(backup_dir):
         print(f"resuming the interrupted run backed up in {backup_dir}: {done} of {args.epochs} epochs done",
               flush=True)
     else:  # run.json, the flags the backup belongs to, is written once the first step has run, before any backup
-        callbacks.insert(0, _run_file_writer(backup_dir, args))
+        callbacks.insert(0, run_file_writer(backup_dir, args))
     for _ in range(_ITERATORS_PER_EPOCH * done):
         iter(train)
     start = time.perf_counter()
@@ -362,13 +362,13 @@ def _fit(model, train, val, args, strategy, chief):
         history = model.fit(train, validation_data=val, epochs=args.epochs, verbose=args.verbose, shuffle=False,
                             callbacks=callbacks)
     except BaseException:  # failed (or SIGTERM) before the first backup: no run.json left without one
-        _discard_run_file(backup_dir, created)
+        discard_run_file(backup_dir, created)
         raise
     train_time = time.perf_counter() - start
     return {k: [float(v) for v in vals] for k, vals in history.history.items()}, train_time
 
 
-def _timed_evaluate(model, val):
+def timed_evaluate(model, val):
     """`model.evaluate(val)` as a dict, timed after a warm-up call that compiles the step; (results, seconds)."""
     model.evaluate(val, verbose=0)
     start = time.perf_counter()
@@ -376,7 +376,7 @@ def _timed_evaluate(model, val):
     return results, time.perf_counter() - start
 
 
-def _run_metrics(results, eval_time, num_val, train_time, num_train, args, model, strategy):
+def run_metrics(results, eval_time, num_val, train_time, num_train, args, model, strategy):
     """The metrics both CLIs write: evaluation results, speed, wall times and the run's set-up."""
     return {
         **{k: float(v) for k, v in results.items()},
@@ -403,7 +403,7 @@ def run(args):
         ValueError: a bad argument (names it), or an output folder that
             already holds a model while `args.overwrite` is False.
     """
-    warmup_epochs = _check_run_args(args, ("model.keras", "metrics.json", "history.json", "training_curve.png"))
+    warmup_epochs = check_run_args(args, ("model.keras", "metrics.json", "history.json", "training_curve.png"))
     if not 0 < args.labels_fraction <= 1:
         raise ValueError(f"--labels-fraction must be in (0, 1]. Received: {args.labels_fraction}")
     if args.freeze_backbone and args.weights is None and args.init_from is None:
@@ -414,7 +414,7 @@ def run(args):
         pretrained = _train_weights.resolve(args)
         model_config, image_size = {}, pretrained.image_size
     else:
-        model_config, image_size = _model_config(args)
+        model_config, image_size = builder_config(args)
     settings = _recipe_settings(args)  # after the model flags' own checks
     out = args.output_dir
     model_path = os.path.join(out, "model.keras")
@@ -424,7 +424,7 @@ def run(args):
     import keras_vit
     from keras_vit import distribute, training
 
-    strategy, chief, jit_compile = _start(args)
+    strategy, chief, jit_compile = start_run(args)
     saved = None
     if args.init_from is not None:
         kept = [f"--{k.replace('_', '-')} {settings[k]}" for k in ("dropout_rate", "stochastic_depth_rate") if settings[k]]
@@ -435,7 +435,7 @@ def run(args):
         with strategy.scope():
             saved = _init_from.load_saved_model(args.init_from)
         image_size = _init_from.saved_image_size(saved, image_size, args.init_from)
-    train, val = _load_data(args, image_size, args.batch_size, settings)
+    train, val = load_data(args, image_size, args.batch_size, settings)
     if args.strategy != "default":
         train, val = distribute.shard(train), distribute.shard(val)
     classes = len(train.class_names)
@@ -450,7 +450,7 @@ def run(args):
         "stochastic_depth_rate": settings["stochastic_depth_rate"],
         "position_embedding": args.position_embedding or "learned",
     }
-    steps_per_epoch = _steps_per_epoch(train)
+    steps_per_epoch = count_steps(train)
     total_steps = args.epochs * steps_per_epoch
     with strategy.scope():  # model, optimizer and metrics live on the strategy's devices
         name = "vit_digits" if not (args.image_folder or args.tfds) else "vit"
@@ -478,12 +478,12 @@ def run(args):
             ema_momentum=args.ema_momentum,
             jit_compile=jit_compile,
         )
-    hist, train_time = _fit(model, train, val, args, strategy, chief)
-    results, eval_time = _timed_evaluate(model, val)
+    hist, train_time = fit_with_backup(model, train, val, args, strategy, chief)
+    results, eval_time = timed_evaluate(model, val)
     num_val = sum(int(y.shape[0]) for _, y in val)
     num_train = train.num_examples or steps_per_epoch * args.batch_size
     metrics = {
-        **_run_metrics(results, eval_time, num_val, train_time, num_train, args, model, strategy),
+        **run_metrics(results, eval_time, num_val, train_time, num_train, args, model, strategy),
         "class_names": list(train.class_names),
         "init_from": args.init_from,
         "weights": args.weights,
@@ -497,10 +497,10 @@ def run(args):
     if not chief:
         return metrics
     with _files.sigterm_deferred():  # a SIGTERM here waits: never a model.keras without its metrics
-        _atomic_write(model_path, model.save)
-        _write_json(os.path.join(out, "history.json"), hist)
-        _write_json(os.path.join(out, "metrics.json"), metrics)
-        _plot_history(os.path.join(out, "training_curve.png"), hist)
+        atomic_write(model_path, model.save)
+        write_json(os.path.join(out, "history.json"), hist)
+        write_json(os.path.join(out, "metrics.json"), metrics)
+        plot_history(os.path.join(out, "training_curve.png"), hist)
     return metrics
 
 

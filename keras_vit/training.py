@@ -13,11 +13,10 @@ soft labels of Mixup and CutMix alike.
 import logging
 
 import keras
-from keras import ops
 
 from keras_vit import even_batches
 from keras_vit.common.backend import backend
-from keras_vit.losses import Accuracy, Crossentropy, SparseCategoricalCrossentropyWithSmoothing  # noqa: F401 (names here too)
+from keras_vit.losses import Accuracy, Crossentropy
 from keras_vit.common.validation import check_bool, check_choice, check_positive_int, check_rate
 
 OPTIMIZERS = ("sgd", "adamw")

@@ -56,7 +56,7 @@ except ImportError as error:
     assert "pip install 'keras-vit-applications[export]'" in str(error), str(error)
 else:
     raise AssertionError("export imported without TensorFlow")
-from keras_vit.cli import console as _console
+from keras_vit.common import console as _console
 assert _console.describe_devices().startswith("CPU (")  # the command lines' device line, from the backend
 from keras_vit import pretrain, train
 for main in (train.main, pretrain.main):  # exit 2, one line naming the extra (tested on stderr below)

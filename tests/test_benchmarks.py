@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from benchmarks.run import best_settings, files_against_torch, headline, vit_flops
+from benchmarks.throughput_tables import best_settings, files_against_torch, headline
+from benchmarks.run import vit_flops
 
 
 def test_flop_count_matches_published_macs():
@@ -169,14 +170,14 @@ def test_train_ab_builds_both_models_under_the_precision_asked_and_restores_floa
     from benchmarks import train_ab
     from benchmarks.run import QUICK
 
-    built, original = [], train_ab._keras_models
+    built, original = [], train_ab.keras_models
 
     def models(*args):
         out = original(*args)
         built.extend((name, model.dtype_policy.name) for name, model in out.items())
         return out
 
-    monkeypatch.setattr(train_ab, "_keras_models", models)
+    monkeypatch.setattr(train_ab, "keras_models", models)
     ms = train_ab.measure("tiny", QUICK["tiny"], 32, 2, rounds=1, runs=1, jit=False, progress=lambda line: None,
                           precision="mixed_bfloat16")
     assert sorted(built) == [("keras-hub", "mixed_bfloat16"), ("keras_vit", "mixed_bfloat16")]

@@ -1,10 +1,10 @@
-"""The command lines' words (keras_vit/cli/text.py): flags for parameters, "did you mean", every default in --help."""
+"""The command lines' words (keras_vit/common/cli_text.py): flags for parameters, "did you mean", every default in --help."""
 
 import re
 
 import pytest
 
-from keras_vit.cli import text as _cli
+from keras_vit.common import cli_text as _cli
 
 QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8", "int16x8", "weight_only_int8", "weight_only_int4",
                  "dynamic_int4")

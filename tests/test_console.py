@@ -1,4 +1,4 @@
-"""The keras-vit-* command lines start quietly, name their devices once, and hide no real warning (keras_vit/cli/console.py)."""
+"""The keras-vit-* command lines start quietly, name their devices once, and hide no real warning (keras_vit/common/console.py)."""
 
 import os
 import platform
@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from keras_vit.cli import console as _console
+from keras_vit.common import console as _console
 
 BIN = os.path.dirname(sys.executable)
-# Exactly what `keras-vit-train` printed on this project's CPU machine (TF 2.21) before keras_vit/cli/console.py.
+# Exactly what `keras-vit-train` printed on this project's CPU machine (TF 2.21) before keras_vit/common/console.py.
 MEASURED_NOISE = b"""\
 WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
 I0000 00:00:1796057461.598801    8011 port.cc:153] oneDNN custom operations are on. You may see slightly different \

@@ -47,7 +47,7 @@ def _save(path, pixels, fmt, value, big_endian=False):
 
 
 def _decoded(path, orientation=True):
-    return image_files._read_image(tf.constant(str(path)), None, orientation).numpy()
+    return image_files.decode_image_file(tf.constant(str(path)), None, orientation).numpy()
 
 
 def _pil_upright(path):
@@ -175,8 +175,9 @@ def test_exif_orientation_takes_only_a_bool(tmp_path):
 
 
 def test_the_folder_benchmark_times_orientation_on_and_off(tmp_path, capsys):
-    """benchmarks.image_folder's table (the measurement of issue 43 is in benchmarks/README.md): its folder's JPEGs
-    carry Orientation 6, and each pipeline reads every file of it."""
+    """benchmarks.image_folder's table (the measurement of issue 43 is in
+    benchmarks/findings/exif-orientation-cost.md): its folder's JPEGs carry Orientation 6, and each pipeline reads every
+    file of it."""
     from benchmarks import image_folder
 
     image_folder.write_folder(str(tmp_path / "photos"), 4, 32)

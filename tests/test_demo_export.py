@@ -27,7 +27,7 @@ def test_demo_export_meets_the_readme_quality_bars(tmp_path_factory):
     # README: at most 0.3x for dynamic-range int8, 0.31x for the integer-only full-int8 file (measured 0.303x)
     for name, bar in (("model_int8.tflite", 0.31), ("model_dynamic_int8.tflite", 0.3)):
         assert rows[name]["size_mb"] <= bar * float32_size, (name, rows[name]["size_mb"], float32_size)
-    # issue 11's new modes: README bars (export.verify.TOLERANCES) and sizes against the float32 file
+    # issue 11's new modes: README bars (export.tolerances.TOLERANCES) and sizes against the float32 file
     # sizes measured 0.309x, 0.287x and 0.165x the float32 file; ONNX 0.302x and 0.319x the float32 ONNX file
     for name, agreement, drop, size in (("model_int16x8.tflite", 0.97, 0.02, 0.32),
                                         ("model_weight_only_int8.tflite", 0.99, None, 0.3),

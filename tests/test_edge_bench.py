@@ -275,7 +275,7 @@ def test_a_bad_merge_file_is_refused_before_anything_is_measured(monkeypatch, tm
 
 def test_the_table_calibrates_as_the_export_cli_does():
     from benchmarks import edge
-    from export.tflite import DEFAULT_CALIBRATION_STEPS
+    from export.images import DEFAULT_CALIBRATION_STEPS
 
     assert edge.CALIBRATION_SAMPLES == DEFAULT_CALIBRATION_STEPS  # the files judged are the files users get
 

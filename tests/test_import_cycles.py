@@ -1,6 +1,7 @@
-"""The house's import rules, read from the source with `ast` (issue 28; ../shared/STYLE.md, "The house
-as it stands"): no circle among the project's modules, imports inside functions included, and `export`
--> `keras_vit`, never back. Nothing is imported: the modules are parsed as text."""
+"""The house's import rules, read from the source with `ast` (issues 28 and 44; docs/contributing.md, "Layers"):
+no circle among the project's modules, imports inside functions included; `export` -> `keras_vit`, never back;
+inside `keras_vit`, no arrow back up to the command lines' folder. Nothing is imported: the modules are parsed as
+text."""
 
 import ast
 import pathlib
@@ -159,3 +160,66 @@ def test_keras_vit_never_names_export_or_benchmarks(package):
     back = {(source, target) for source, targets in graph.items() if source.split(".")[0] == package
             for target in targets if target.split(".")[0] in ("export", "benchmarks")}
     assert not back, back
+
+
+# keras_vit's command lines: the modules that may import keras_vit.cli (their helpers' folder)
+COMMAND_LINES = ("keras_vit.train", "keras_vit.pretrain", "keras_vit.cli")
+
+
+def test_only_the_command_lines_import_their_helpers_folder():
+    """What the package itself needs of a command line (quiet start-up, flag text) is in keras_vit.common: no
+    module below the command lines, `keras_vit/__init__.py` included, imports keras_vit.cli (issue 44)."""
+    graph = import_graph()
+    up = sorted((source, target) for source, targets in graph.items() if source.startswith("keras_vit")
+                and not source.startswith(COMMAND_LINES) for target in targets if target.startswith("keras_vit.cli"))
+    assert up == [], up
+
+
+def test_common_imports_nothing_else_of_keras_vit():
+    graph = import_graph()
+    out = sorted((source, target) for source, targets in graph.items() if source.startswith("keras_vit.common")
+                 for target in targets if target.startswith("keras_vit") and not target.startswith("keras_vit.common"))
+    assert out == [], out
+
+
+def _module_level_names(path):
+    """(names a module defines at module level, names it imports at module level)."""
+    defined, imported = set(), set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return defined, imported - defined
+
+
+def _from_imports(packages=PACKAGES + ("tests",)):
+    """(importing file, module, name, line) of every `from module import name` of a project module."""
+    modules = project_modules()
+    for package in packages:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module in modules and not node.level:
+                    for alias in node.names:
+                        yield path.relative_to(ROOT), node.module, alias.name, node.lineno
+
+
+def test_one_home_per_name():
+    """A name is imported from the module that defines it, not through another module that imported it ("names
+    too" facades, issue 44). A package's `__init__` is its public front and may gather names; a module may not."""
+    modules = project_modules()
+    names = {module: _module_level_names(path) for module, path in modules.items() if path.name != "__init__.py"}
+    through = sorted(f"{path}:{line}: {name} from {module}" for path, module, name, line in _from_imports()
+                     if module in names and name not in names[module][0] and f"{module}.{name}" not in modules)
+    assert through == [], "import these from the module that defines them:\n" + "\n".join(through)
+
+
+def test_no_private_helper_is_imported_by_another_module_of_the_library():
+    """A helper another module of keras_vit, export or benchmarks uses is public in its own module (issue 44)."""
+    private = sorted(f"{path}:{line}: {name} from {module}" for path, module, name, line in _from_imports(PACKAGES)
+                     if name.startswith("_") and not name.startswith("__")
+                     and f"{module}.{name}" not in project_modules())
+    assert private == [], private

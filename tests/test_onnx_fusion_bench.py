@@ -21,7 +21,7 @@ def test_the_optimizer_fuses_hf_layer_norms_and_gelus_and_nothing_of_tf2onnx(tmp
     fused = {r["file"]: r["fused"] for r in rows}
     assert set(fused) == {"keras_vit", "keras_vit fused", "keras_vit rewritten", "keras_vit rewritten fused", "HF",
                           "HF fused"}
-    assert fused["keras_vit fused"] == {}  # benchmarks/README.md: none of its patterns matches tf2onnx's graph
+    assert fused["keras_vit fused"] == {}  # benchmarks/findings/onnx-fusion-first-look.md: none of its patterns matches tf2onnx's graph
     # Two LayerNorms per block and the encoder's, one GELU per block: rewritten, then fused like HF's
     assert fused["keras_vit rewritten"] == {"LayerNormalization (rewritten)": 2 * layers + 1, "GELU (reordered)": layers}
     assert fused["keras_vit rewritten fused"] == {"SkipLayerNormalization": 2 * layers, "LayerNormalization": 1,

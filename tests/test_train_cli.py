@@ -94,7 +94,7 @@ def test_checks_that_need_no_data_run_before_the_data_is_read(tmp_path, capsys, 
     def unread(*args):
         raise AssertionError("the data were read")
 
-    monkeypatch.setattr(train, "_load_data", unread)
+    monkeypatch.setattr(train, "load_data", unread)
     for args, message in (
         ([*TINY, "--num-heads", "3"], "--hidden-size must be divisible by --num-heads"),
         ([*TINY, "--dropout-rate", "1"], "--dropout-rate must be in [0, 1). Received: 1.0"),
@@ -118,8 +118,8 @@ def test_a_data_flag_the_source_would_ignore_is_refused(module, tmp_path, capsys
     def unread(*args):
         raise AssertionError("the data were read")
 
-    monkeypatch.setattr(train, "_load_data", unread)
-    monkeypatch.setattr(command, "_load_data", unread)
+    monkeypatch.setattr(train, "load_data", unread)
+    monkeypatch.setattr(command, "load_data", unread)
     folder = str(tmp_path / "photos")
     for args, message in (
         (["--image-folder", folder, "--validation-split", "0.1"], "--validation-split 0.1: this flag names --tfds "
@@ -156,7 +156,7 @@ def test_max_pixels_limits_the_image_folder(tmp_path, capsys):
 
 
 def test_library_errors_name_flags_not_parameters(tmp_path, capsys):
-    from keras_vit.cli.text import suggestion
+    from keras_vit.common.cli_text import suggestion
     from keras_vit.cli.args import flag_names
     from tests.test_data import _write_image_folder
 
@@ -233,7 +233,7 @@ def test_a_run_that_fails_in_its_first_step_leaves_no_run_file(tmp_path, monkeyp
     """backup/run.json says which run a backup belongs to: one that never trained must leave none behind."""
     import tensorflow as tf
 
-    load = train._load_data
+    load = train.load_data
 
     def failing(args, image_size, batch_size, settings=None):  # the first batch fails inside fit, as a bad TFDS record would
         good, val = load(args, image_size, batch_size, settings)
@@ -241,7 +241,7 @@ def test_a_run_that_fails_in_its_first_step_leaves_no_run_file(tmp_path, monkeyp
         bad.class_names, bad.num_examples = good.class_names, good.num_examples
         return bad, val
 
-    monkeypatch.setattr(train, "_load_data", failing)
+    monkeypatch.setattr(train, "load_data", failing)
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as exit_info:
         train.main([*TINY, "--output-dir", str(out)])

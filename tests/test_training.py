@@ -3,7 +3,7 @@ import numpy as np
 from keras import ops
 import pytest
 
-from keras_vit import VisionTransformer, training
+from keras_vit import VisionTransformer, losses, training
 from tests.conftest import XLA_BY_DEFAULT
 
 
@@ -38,9 +38,9 @@ def test_label_smoothing_loss_matches_formula():
     targets = np.full((2, 3), s / 3) + (1 - s) * np.eye(3)[labels]
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     expected = -(targets * log_probs).sum(-1).mean()
-    loss = training.SparseCategoricalCrossentropyWithSmoothing(s, from_logits=True)
+    loss = losses.SparseCategoricalCrossentropyWithSmoothing(s, from_logits=True)
     assert float(loss(labels, logits)) == pytest.approx(expected, rel=1e-5)
-    plain = training.SparseCategoricalCrossentropyWithSmoothing(0.0, from_logits=True)
+    plain = losses.SparseCategoricalCrossentropyWithSmoothing(0.0, from_logits=True)
     assert float(plain(labels, logits)) == pytest.approx(float(ops.convert_to_numpy(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)).mean()), rel=1e-5)
 
 
@@ -50,7 +50,7 @@ def test_compile_holds_xla_and_recipe(tiny_config):
     assert model.jit_compile is XLA_BY_DEFAULT
     opt = model.optimizer
     assert isinstance(opt, keras.optimizers.AdamW) and opt.global_clipnorm == 1.0
-    assert isinstance(model.loss, training.Crossentropy) and model.loss.from_logits and model.loss.label_smoothing == 0.1
+    assert isinstance(model.loss, losses.Crossentropy) and model.loss.from_logits and model.loss.label_smoothing == 0.1
     sgd = VisionTransformer(**tiny_config)
     training.compile_model(sgd, total_steps=10, optimizer="sgd", weight_decay=0, jit_compile=False)
     assert isinstance(sgd.optimizer, keras.optimizers.SGD) and sgd.optimizer.momentum == 0.9

@@ -1,7 +1,7 @@
 """What `keras-vit-train` and `keras-vit-pretrain` share as command lines: the argument groups and the errors.
 
-Their parsers are `keras_vit.cli.text.ArgumentParser` ("did you mean" for a
-mistyped flag or choice) finished by `keras_vit.cli.text.complete_help` (every
+Their parsers are `keras_vit.common.cli_text.ArgumentParser` ("did you mean" for a
+mistyped flag or choice) finished by `keras_vit.common.cli_text.complete_help` (every
 flag's default in `--help`; a flag's own help text says it where the
 default needs words, e.g. "default: every epoch"). `cli` runs a
 command and turns a `ValueError` into one line and exit status 2, with the
@@ -14,7 +14,7 @@ take (`add_data_arguments` ... `add_output_arguments`) are here too.
 import argparse
 import sys
 
-from keras_vit.cli import text as _cli
+from keras_vit.common import cli_text as _cli
 
 # Library parameters whose flag is not "--" + the name with dashes (keras_vit.data, the builders).
 PARAMETER_FLAGS = {
@@ -41,7 +41,7 @@ def add_data_arguments(parser):
 
     One of --dataset digits, --image-folder DIR, --tfds NAME (default
     digits), with --tfds-data-dir, --train-split, --validation-split,
-    --validation-fraction, --max-pixels and --augment. `_load_data` reads them.
+    --validation-fraction, --max-pixels and --augment. `load_data` reads them.
     """
     group = parser.add_argument_group("data (one of --dataset, --image-folder, --tfds)")
     src = group.add_mutually_exclusive_group()
@@ -65,7 +65,7 @@ def add_data_arguments(parser):
 def add_model_arguments(parser):
     """Adds the architecture flags (--variant, --image-size, --patch-size ... --stochastic-depth-rate); returns the group.
 
-    Unset flags are None; `_model_config` fills in `DEFAULTS`.
+    Unset flags are None; `builder_config` fills in `DEFAULTS`.
     """
     from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
     from keras_vit.models.variants import VARIANTS
@@ -134,8 +134,8 @@ def add_training_arguments(parser, learning_rate):
 
     --epochs, --batch-size, --learning-rate (default `learning_rate`),
     --warmup-epochs, --precision, --strategy, --tpu, --backup-dir,
-    --backup-every, --xla / --no-xla and --seed; `_check_run_args`,
-    `_start` and `_fit` read them.
+    --backup-every, --xla / --no-xla and --seed; `check_run_args`,
+    `start_run` and `fit_with_backup` read them.
     """
     group = parser.add_argument_group("training")
     group.add_argument("--epochs", type=int, default=100)
@@ -183,7 +183,7 @@ def flag_names(message, parser):
     num_heads=3" becomes "--hidden-size must be divisible by --num-heads.
     Received: --hidden-size 128, --num-heads 3". A parameter is a flag's
     `dest` or a key of `PARAMETER_FLAGS` (`directory` -> `--image-folder`);
-    the rewriting is `keras_vit.cli.text.flag_names`'.
+    the rewriting is `keras_vit.common.cli_text.flag_names`'.
     """
     flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings and a.dest != "help"}
     flags.update(PARAMETER_FLAGS)
@@ -210,7 +210,7 @@ def cli(parser, argv, run_fn, summary):
     cannot decode exits with status 2 and one line, no traceback. The
     global Keras dtype policy (set by --precision) is given back.
     """
-    from keras_vit.cli import console as _console
+    from keras_vit.common import console as _console
 
     args = parser.parse_args(argv)
     _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices

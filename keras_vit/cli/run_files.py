@@ -8,22 +8,22 @@ import os
 from keras_vit.common import files as _files
 
 
-def _atomic_write(path, write):
+def atomic_write(path, write):
     """Calls write(tmp_path) on a temporary file beside `path`, then moves it into place."""
     with _files.staged(path, overwrite=True) as tmp:
         write(tmp)
 
 
-def _write_json(path, obj):
+def write_json(path, obj):
     def write(tmp):
         with open(tmp, "w") as f:
             json.dump(obj, f, indent=2)
             f.write("\n")
 
-    _atomic_write(path, write)
+    atomic_write(path, write)
 
 
-def _plot_history(path, history, keys=("loss", "accuracy")):
+def plot_history(path, history, keys=("loss", "accuracy")):
     """Writes a PNG with one panel per key of `history`: train and held-out ("val_" + key) per epoch."""
     import matplotlib
 
@@ -42,21 +42,21 @@ def _plot_history(path, history, keys=("loss", "accuracy")):
         ax.grid(True, alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
     plt.close(fig)
 
 
-def _check_output_dir(out):
+def check_output_dir(out):
     """Raises ValueError unless `out` is, or can become, a folder (checked before any work)."""
     _files.check_writable_folder(out, "--output-dir")
 
 
-_RUN_FILE = "run.json"  # the flags of the run a backup belongs to (_check_resumable)
+_RUN_FILE = "run.json"  # the flags of the run a backup belongs to (check_resumable)
 _BACKUP_FILES = {"latest.weights.h5", "training_metadata.json", "latest.weights.h5.bkp",
                  "training_metadata.json.bkp", _RUN_FILE}
 
 
-def _check_backup_dir(backup_dir, out):
+def check_backup_dir(backup_dir, out):
     """Refuses a backup folder that holds anything else: BackupAndRestore deletes the whole folder at the end."""
     backup, output = os.path.realpath(backup_dir), os.path.realpath(out)
     if output == backup or output.startswith(backup + os.sep):
@@ -73,13 +73,13 @@ def _check_backup_dir(backup_dir, out):
             )
 
 
-def _has_backup(backup_dir):
+def has_backup(backup_dir):
     """Whether `backup_dir` holds a BackupAndRestore checkpoint that `model.fit` will restore."""
     return any(os.path.exists(os.path.join(backup_dir, name)) for name in ("training_metadata.json",
                                                                           "training_metadata.json.bkp"))
 
 
-def _backed_up_epoch(backup_dir):
+def backed_up_epoch(backup_dir):
     """The epoch a `keras.callbacks.BackupAndRestore` backup in `backup_dir` resumes at (0 without one)."""
     try:
         with open(os.path.join(backup_dir, "training_metadata.json")) as f:
@@ -93,12 +93,12 @@ def _run_config(args):
     return {k: v for k, v in sorted(vars(args).items()) if k not in ("overwrite", "verbose")}
 
 
-def _run_file_writer(backup_dir, args):
+def run_file_writer(backup_dir, args):
     """A Keras callback that writes `args`' run.json into `backup_dir` at the end of the first training step.
 
     Put it before `keras.callbacks.BackupAndRestore` in the callback list: run.json is then on disk before the
     first backup, and a run that fails before its first step (a batch that cannot be read, a step that does not
-    compile, a kill) leaves none that a later run would read (`_check_resumable`).
+    compile, a kill) leaves none that a later run would read (`check_resumable`).
     """
     import keras
 
@@ -106,14 +106,14 @@ def _run_file_writer(backup_dir, args):
         def on_train_batch_end(self, batch, logs=None):
             if not os.path.exists(os.path.join(backup_dir, _RUN_FILE)):
                 os.makedirs(backup_dir, exist_ok=True)
-                _write_json(os.path.join(backup_dir, _RUN_FILE), _run_config(args))
+                write_json(os.path.join(backup_dir, _RUN_FILE), _run_config(args))
 
     return RunFileWriter()
 
 
-def _discard_run_file(backup_dir, created):
+def discard_run_file(backup_dir, created):
     """After a failed `model.fit` that left no backup: removes run.json, and `backup_dir` if `created` and empty."""
-    if _has_backup(backup_dir):
+    if has_backup(backup_dir):
         return
     try:
         os.remove(os.path.join(backup_dir, _RUN_FILE))
@@ -126,9 +126,9 @@ def _discard_run_file(backup_dir, created):
             pass
 
 
-def _check_resumable(backup_dir, args):
+def check_resumable(backup_dir, args):
     """Refuses to resume a backup that another command left (BackupAndRestore would restore it regardless)."""
-    if not _has_backup(backup_dir):
+    if not has_backup(backup_dir):
         return
     try:
         with open(os.path.join(backup_dir, _RUN_FILE)) as f:

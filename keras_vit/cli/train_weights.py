@@ -20,7 +20,7 @@ import dataclasses
 import os
 import re
 
-from keras_vit.cli import text as _cli
+from keras_vit.common import cli_text as _cli
 
 WEIGHT_FILES = (".npz", ".safetensors")
 _FILE_FIXES = ("variant", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")

@@ -6,10 +6,9 @@ orientation), `image_folder.py` lists and splits a folder, `arrays.py` checks `f
 `subsets.py` draws stratified subsets.
 """
 
-from keras_vit.data.loaders import (  # noqa: F401
-    stratified_subset,
+from keras_vit.data.subsets import stratified_subset
+from keras_vit.data.loaders import (
     AUGMENTATIONS,
-    IMAGE_EXTENSIONS,
     DIGITS_VALIDATION_FRACTION,
     DIGITS_SPLIT_SEED,
     load_digits,
@@ -18,4 +17,5 @@ from keras_vit.data.loaders import (  # noqa: F401
     from_directory,
     from_tfds,
 )
+from keras_vit.data.image_folder import IMAGE_EXTENSIONS
 from keras_vit.data.image_files import MAX_PIXELS, read_image  # noqa: F401

@@ -1,6 +1,6 @@
 """Checking and decoding the image files that `keras_vit.data.from_directory` reads.
 
-`_check_image_file` reads the first bytes of a .bmp, .gif or .webp file in
+`check_image_file` reads the first bytes of a .bmp, .gif or .webp file in
 Python before the pipeline is built: it refuses a BMP that `_decode_image`
 cannot decode (e.g. RLE or other compression, 16 bits per pixel, an OS/2
 header, non-standard bit fields) and an animated WebP (TensorFlow's decoder
@@ -8,7 +8,7 @@ aborts the process on one) with a `ValueError` naming the file, and finds
 the transparency flag of a GIF's first frame. Inside the pipeline, every
 file's width and height are read from its header before it is decoded, and
 one of more than `max_pixels` pixels (PIL's default limit) fails, so that a
-decompression bomb is refused before memory grows. `_read_image` then reads and
+decompression bomb is refused before memory grows. `decode_image_file` then reads and
 decodes one file inside the tf.data pipeline: JPEG with the accurate integer
 IDCT, PNG up to 16 bits (v / 257 for 16-bit), BMP including 1-, 4- and
 8-bit palette images (decoded here: TensorFlow reads 8-bit indices as grey
@@ -19,7 +19,7 @@ conversion and resizing are `keras_vit.data`'s.
 
 `read_image` is the same decoding of one file, eagerly, as NumPy.
 
-`_check_decodable` decodes every file once, before training, with the
+`check_decodable` decodes every file once, before training, with the
 pipeline's own decoder, so that a corrupt or unreadable file is named by its
 path up front instead of failing the first training step.
 
@@ -42,7 +42,7 @@ _BMP_COMPRESSIONS = {
 }
 
 
-def _check_image_file(path, holder="`directory` holds"):
+def check_image_file(path, holder="`directory` holds"):
     """Reads the start of a .bmp, .gif or .webp file; refuses a BMP `_decode_image` cannot decode, and an
     animated WebP.
 
@@ -124,10 +124,10 @@ def _gif_transparency_flag(head):
     return None
 
 
-def _check_decodable(paths, gif_flags, decode):
+def check_decodable(paths, gif_flags, decode):
     """Decodes every file once as the pipeline will; raises ValueError naming the first that fails, by path.
 
-    Runs `decode(path, gif_flag)` (`_read_image`, or it without the GIF
+    Runs `decode(path, gif_flag)` (`decode_image_file`, or it without the GIF
     test) over all files in one parallel tf.data pass that drops the files
     whose decoding fails (`Dataset.ignore_errors`), then decodes the first
     failed file again, eagerly, for TensorFlow's reason. The decoder is the
@@ -139,7 +139,7 @@ def _check_decodable(paths, gif_flags, decode):
     Args:
         paths: list of str, the image files.
         gif_flags: list of int, each file's GIF transparency-flag offset or -1
-            (`_check_image_file`), as the pipeline reads them.
+            (`check_image_file`), as the pipeline reads them.
         decode: the pipeline's decode function of (path, gif_flag).
 
     Raises:
@@ -265,11 +265,11 @@ def read_image(path, *, exif_orientation=True, max_pixels=MAX_PIXELS):
     """
     path = str(path)
     check_max_pixels(max_pixels)
-    gif_flag = _check_image_file(path, "`path` is")
+    gif_flag = check_image_file(path, "`path` is")
     key = (exif_orientation, max_pixels)
     if key not in _READERS:  # one traced function a setting: a file in about a millisecond
         _READERS[key] = tf.function(
-            lambda p, flag: _read_image(p, flag, exif_orientation, max_pixels),
+            lambda p, flag: decode_image_file(p, flag, exif_orientation, max_pixels),
             input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int32)])
     try:
         return _READERS[key](tf.constant(path), tf.constant(gif_flag, tf.int32)).numpy()
@@ -286,7 +286,7 @@ def check_max_pixels(max_pixels):
 _READERS = {}
 
 
-def _read_image(path, gif_flag, exif_orientation=True, max_pixels=MAX_PIXELS):
+def decode_image_file(path, gif_flag, exif_orientation=True, max_pixels=MAX_PIXELS):
     """Reads one image file: float32 `(height, width, c)` in [0, 255], c as stored (1 to 4).
 
     `gif_flag` >= 0 is the offset of a GIF's transparency flag, cleared
@@ -307,7 +307,7 @@ def _read_image(path, gif_flag, exif_orientation=True, max_pixels=MAX_PIXELS):
 
 
 def _read_contents(contents, gif_flag, orientation=None):
-    """`_read_image` of a file's bytes; `orientation`: None, or the EXIF value (int scalar tensor) to apply."""
+    """`decode_image_file` of a file's bytes; `orientation`: None, or the EXIF value (int scalar tensor) to apply."""
     if gif_flag is None:
         return _decode_image(contents, orientation)
 

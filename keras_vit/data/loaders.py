@@ -37,10 +37,10 @@ tf = tensorflow("keras_vit.data (tf.data input pipelines)")
 from keras_vit import augmentation  # noqa: E402
 from keras_vit.data import pipeline as _pipeline
 from keras_vit.data.image_files import (  # noqa: E402
-    MAX_PIXELS, _check_decodable, _check_image_file, _read_image, check_max_pixels,
+    MAX_PIXELS, check_decodable, check_image_file, decode_image_file, check_max_pixels,
 )
 from keras_vit.data.image_folder import IMAGE_EXTENSIONS, count_images, list_image_folder  # noqa: E402, F401
-from keras_vit.data.subsets import _labels_subset, stratified_subset  # noqa: E402, F401 (public here)
+from keras_vit.data.subsets import labels_subset  # noqa: E402
 from keras_vit.data.arrays import check_labels, to_pixels  # noqa: E402
 from keras_vit.common.validation import check_choice  # noqa: E402
 
@@ -236,7 +236,7 @@ def from_arrays(
         ds = tf.data.Dataset.from_tensor_slices(images)
     else:
         labels = check_labels(labels, len(images), class_names)
-        keep = _labels_subset(labels, labels_fraction, seed, class_names)
+        keep = labels_subset(labels, labels_fraction, seed, class_names)
         if keep is not None:
             images, labels = images[keep], labels[keep]
         ds = tf.data.Dataset.from_tensor_slices((images, labels))
@@ -312,7 +312,7 @@ def from_directory(
     (RLE-compressed, 16 bits per pixel, an OS/2 header, other bit fields) is
     refused then, with the file's name. Then every listed file (of
     `subset`, after `labels_fraction`) is decoded once with the pipeline's
-    own decoder (`keras_vit.data.image_files._check_decodable`; about 0.3 ms a
+    own decoder (`keras_vit.data.image_files.check_decodable`; about 0.3 ms a
     small file on a 2-core CPU: 0.66 s for 2,000 PNGs of 32x32 px), so that
     an empty, cut-short, unreadable or non-image file is refused here,
     named by its path, rather than failing the first training step.
@@ -397,17 +397,17 @@ def from_directory(
             f"validation_split={validation_split} of the {found} images in {directory!r} holds out no image of any "
             f"class (each class's share rounds to 0); add images or raise validation_split"
         )
-    keep = _labels_subset(np.array(labels, "int64"), labels_fraction, seed, class_names)
+    keep = labels_subset(np.array(labels, "int64"), labels_fraction, seed, class_names)
     if keep is not None:
         paths, labels = [paths[i] for i in keep], [labels[i] for i in keep]
-    gif_flags = [_check_image_file(path) for path in paths]
+    gif_flags = [check_image_file(path) for path in paths]
     files = tf.data.Dataset.from_tensor_slices(((paths, np.array(gif_flags, "int32")), np.array(labels, "int32")))
     any_gif = max(gif_flags, default=-1) >= 0
 
     def decode(path, gif_flag):
-        return _read_image(path, gif_flag if any_gif else None, exif_orientation, max_pixels)
+        return decode_image_file(path, gif_flag if any_gif else None, exif_orientation, max_pixels)
 
-    _check_decodable(paths, gif_flags, decode)
+    check_decodable(paths, gif_flags, decode)
     mixing = _pipeline.augmentations(rand_augment, random_erasing, mixup_alpha, cutmix_alpha, class_names)
     ds = _pipeline.finish(files, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(paths), decode,
                  **mixing)
@@ -499,7 +499,7 @@ def from_tfds(
                               decoders={"image": tfds.decode.SkipDecoding()})
         labels = np.array([int(y) for _, y in undecoded.as_numpy_iterator()], "int64")
         keep = np.zeros(len(labels), bool)
-        keep[_labels_subset(labels, labels_fraction, seed, class_names)] = True
+        keep[labels_subset(labels, labels_fraction, seed, class_names)] = True
         keep = tf.constant(keep)
         count = int(np.sum(keep.numpy()))
         ds = ds.enumerate().filter(lambda i, element: keep[i]).map(lambda i, element: element)

@@ -74,7 +74,7 @@ def _smallest_fraction(labels):
     return math.ceil(need * scale - 1e-9) / scale
 
 
-def _labels_subset(labels, labels_fraction, seed, class_names):
+def labels_subset(labels, labels_fraction, seed, class_names):
     """None (keep all) or the indices `stratified_subset` keeps for `labels_fraction` (seeded by `seed or 0`)."""
     if labels_fraction is None:
         return None

@@ -32,7 +32,7 @@ def _describe(model):
     return d
 
 
-def _as_images(model, images):
+def as_images(model, images):
     x = np.asarray(images, dtype="float32")
     expected = tuple(model.input_shape[1:])
     if x.ndim == 3:
@@ -68,7 +68,7 @@ def attention_weights(model, images, batch_size=32):
     import keras
 
     d = _describe(model)
-    x = _as_images(model, images)
+    x = as_images(model, images)
     batch_size = check_positive_int("batch_size", batch_size)
     embed = keras.Model(model.inputs[0], d["encoder"].output)  # a view of the same layers, no new weights
     out = [[] for _ in d["blocks"]]
@@ -132,7 +132,7 @@ def attention_rollout(model, images, batch_size=32):
         float32 (batch, height, width) in [0, 1].
     """
     d = _describe(model)
-    x = _as_images(model, images)
+    x = as_images(model, images)
     r = rollout(attention_weights(model, x, batch_size))
     p = d["prefix"]
     weights = r[:, 0, p:] if p else r[:, :, :].mean(axis=1)
@@ -256,7 +256,7 @@ def embedding_filters(model, n=28):
 # ----------------------------------------------------------------------------- plotting
 
 
-def _figure_to_png(fig, path, overwrite=True):
+def figure_to_png(fig, path, overwrite=True):
     """Writes `fig` as PNG through a temporary file; never replaces a folder."""
     import matplotlib.pyplot as plt
 
@@ -270,7 +270,7 @@ def _figure_to_png(fig, path, overwrite=True):
     return str(path)
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -299,7 +299,7 @@ def plot_attention_rollout(images, maps, path, overwrite=True):
             "`images` must be (batch >= 1, height, width, channels) and `maps` (batch, height, width) to match. "
             f"Received shapes {images.shape} and {maps.shape}"
         )
-    plt = _pyplot()
+    plt = pyplot()
     n = len(images)
     fig, axes = plt.subplots(2, n, figsize=(2 * n, 4), squeeze=False)
     for i in range(n):
@@ -311,7 +311,7 @@ def plot_attention_rollout(images, maps, path, overwrite=True):
         for ax in axes[:, i]:
             ax.axis("off")
     fig.suptitle("Attention rollout")
-    return _figure_to_png(fig, path, overwrite)
+    return figure_to_png(fig, path, overwrite)
 
 
 def plot_mean_attention_distance(distances, path, image_size=None, overwrite=True):
@@ -325,7 +325,7 @@ def plot_mean_attention_distance(distances, path, image_size=None, overwrite=Tru
     distances = np.asarray(distances)
     if distances.ndim != 2 or 0 in distances.shape:
         raise ValueError(f"`distances` must be (num_layers >= 1, num_heads >= 1). Received shape {distances.shape}")
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 4))
     for head in range(distances.shape[1]):
         ax.scatter(np.arange(distances.shape[0]), distances[:, head], s=12, label=f"head {head}")
@@ -334,7 +334,7 @@ def plot_mean_attention_distance(distances, path, image_size=None, overwrite=Tru
     if image_size:
         ax.set_ylim(0, image_size)
     ax.set_title("Mean attention distance")
-    return _figure_to_png(fig, path, overwrite)
+    return figure_to_png(fig, path, overwrite)
 
 
 def plot_position_embedding_similarity(similarity, path, overwrite=True):
@@ -342,7 +342,7 @@ def plot_position_embedding_similarity(similarity, path, overwrite=True):
     similarity = np.asarray(similarity)
     if similarity.ndim != 4 or similarity.shape[:2] != similarity.shape[2:] or 0 in similarity.shape:
         raise ValueError(f"`similarity` must be (rows, cols, rows, cols). Received shape {similarity.shape}")
-    plt = _pyplot()
+    plt = pyplot()
     rows, cols = similarity.shape[:2]
     fig, axes = plt.subplots(rows, cols, figsize=(cols * 0.8 + 1, rows * 0.8), squeeze=False)
     for i in range(rows):
@@ -351,7 +351,7 @@ def plot_position_embedding_similarity(similarity, path, overwrite=True):
             axes[i, j].axis("off")
     fig.colorbar(image, ax=axes, fraction=0.03, label="cosine similarity")
     fig.suptitle("Position embedding similarity")
-    return _figure_to_png(fig, path, overwrite)
+    return figure_to_png(fig, path, overwrite)
 
 
 def plot_embedding_filters(filters, path, overwrite=True):
@@ -359,7 +359,7 @@ def plot_embedding_filters(filters, path, overwrite=True):
     filters = np.asarray(filters, dtype="float32")
     if filters.ndim != 4 or len(filters) == 0 or filters.shape[-1] not in (1, 3):
         raise ValueError(f"`filters` must be (n >= 1, P, P, 1 or 3). Received shape {filters.shape}")
-    plt = _pyplot()
+    plt = pyplot()
     n = len(filters)
     cols = min(n, 7)
     rows = -(-n // cols)
@@ -371,5 +371,5 @@ def plot_embedding_filters(filters, path, overwrite=True):
             f = (f - f.min()) / max(f.max() - f.min(), 1e-12)
             ax.imshow(f[..., 0] if f.shape[-1] == 1 else f, cmap="gray")
     fig.suptitle("RGB embedding filters (principal components)")
-    return _figure_to_png(fig, path, overwrite)
+    return figure_to_png(fig, path, overwrite)
 

@@ -10,7 +10,7 @@ import keras
 import numpy as np
 
 from keras_vit.common.validation import check_positive_int
-from keras_vit.inspect.internals import _as_images, _figure_to_png, _pyplot
+from keras_vit.inspect.internals import as_images, figure_to_png, pyplot
 
 def _mean_color_levels(classes, channels):
     """(..., channels) int levels in [0, 8) of 3-bit mean-colour classes (first channel most significant)."""
@@ -172,7 +172,7 @@ def masked_patch_prediction(model, images, corruption=None, source=None, *, seed
             "`model` must be a keras_vit.pretraining.MaskedPatchPrediction with target='mean_color'. Received: "
             f"model={getattr(model, 'name', model)!r} of type {type(model).__name__}"
             + (f" with target={model.target!r}" if isinstance(model, pretraining.MaskedPatchPrediction) else ""))
-    x = _as_images(model.backbone, images)
+    x = as_images(model.backbone, images)
     batch_size = check_positive_int("batch_size", batch_size)
     cell = model.cell_size
     rows, cols = x.shape[1] // cell, x.shape[2] // cell
@@ -252,7 +252,7 @@ def plot_masked_patch_prediction(result, path, overwrite=True):
     if kind is not None and (kind.ndim != 2 or len(kind) != shape[0] or shape[1] * shape[2] % max(kind.shape[1], 1)):
         raise ValueError(f"`result['corruption']` must be (batch, num_patches) for images of shape {shape}. "
                          f"Received shape {kind.shape}")
-    plt = _pyplot()
+    plt = pyplot()
     n = shape[0]
     titles = ("image", "corrupted", "predicted", "true")
     fig, axes = plt.subplots(4, n, figsize=(1.3 * n + 1.2, 5.6), squeeze=False)
@@ -272,4 +272,4 @@ def plot_masked_patch_prediction(result, path, overwrite=True):
         axes[r, 0].set_ylabel(title, fontsize=8)
     fig.suptitle(f"Masked patch prediction: mean-colour accuracy {result['accuracy']:.1%} over the corrupted patches",
                  fontsize=9)
-    return _figure_to_png(fig, path, overwrite)
+    return figure_to_png(fig, path, overwrite)

@@ -257,7 +257,7 @@ def VisionTransformer(
         resnet_num_layers = tuple(int(n) for n in resnet_num_layers)
         resnet_width_factor = check_positive_int("resnet_width_factor", resnet_width_factor)
         stride = resnet_output_stride(resnet_num_layers)
-    input_shape = _resolve_input_shape(input_shape, input_tensor, patch_size, stride)
+    input_shape = resolve_input_shape(input_shape, input_tensor, patch_size, stride)
     grid = _table_grid(position_embedding_grid, input_shape, patch_size * stride)
     dynamic = input_shape[0] is None or input_shape[1] is None
     if weights_kind == "checkpoint" and isinstance(weights, str) and _is_name(weights):
@@ -372,7 +372,7 @@ def _pretrained_checkpoint(weights, config, input_shape, resnet_num_layers):
     return checkpoint_hook.loader("resolve")(weights, config, input_shape, resnet_num_layers)
 
 
-def _resolve_input_shape(input_shape, input_tensor, patch_size, stride=1):
+def resolve_input_shape(input_shape, input_tensor, patch_size, stride=1):
     """Returns a validated (height, width, channels) tuple."""
     tensor_shape = None
     if input_tensor is not None:

@@ -6,7 +6,7 @@ import numpy as np
 
 from keras_vit.weights import layouts
 from keras_vit.weights.layouts import ATTENTION, BLOCK, MLP, POS, CheckpointError
-from keras_vit.weights.loader import _stage_units, check_not_quantized, describe, model_variables, read_position_table
+from keras_vit.weights.loader import stage_units, check_not_quantized, describe, model_variables, read_position_table
 
 # hidden_size -> num_heads of the published variants (head width 64, 80 for H); PyTorch layouts do not record it.
 HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
@@ -114,7 +114,7 @@ def infer_config(arrays, num_heads=None):
         side = None
     resnet, width_factor, channels, stride = None, 1, int(kernel.shape[2]), 1
     if "conv_root/kernel" in canon:  # hybrid: the patches are cut from the ResNet's feature map
-        resnet = _stage_units(canon, r"block(\d+)/unit(\d+)/")
+        resnet = stage_units(canon, r"block(\d+)/unit(\d+)/")
         width_factor = int(canon["conv_root/kernel"].shape[3]) // 64
         channels = int(canon["conv_root/kernel"].shape[2])
         from keras_vit.models.resnet import output_stride

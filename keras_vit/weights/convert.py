@@ -9,15 +9,15 @@ Example (shell):
 import os
 import sys
 
-from keras_vit.cli import text as _cli
-from keras_vit.cli import console as _console
+from keras_vit.common import cli_text as _cli
+from keras_vit.common import console as _console
 from keras_vit.common.validation import check_bool, check_positive_int
 from keras_vit.weights.layouts import CheckpointError, read_checkpoint
 from keras_vit.weights.checkpoint import infer_config
 from keras_vit.weights.loader import load_pretrained
 
 OUTPUTS = (".weights.h5", ".keras")
-# convert()'s parameters -> keras-vit-convert's flags, for its error messages (keras_vit.cli.text.flag_names)
+# convert()'s parameters -> keras-vit-convert's flags, for its error messages (keras_vit.common.cli_text.flag_names)
 FLAGS = {"image_size": "--image-size", "classes": "--classes", "num_heads": "--num-heads", "head": "--head",
          "interpolation": "--interpolation", "antialias": "--antialias", "overwrite": "--overwrite",
          "include_top=False": "--no-top", "output": "OUTPUT", "source": "SOURCE"}

@@ -164,7 +164,7 @@ def _resnet_variables(model):
     return out
 
 
-def _stage_units(names, pattern):
+def stage_units(names, pattern):
     """Units per stage, (3, 4, 9), from names matching `pattern` (groups: stage, unit, both 1-based); None if none."""
     units = {}
     for name in names:
@@ -175,7 +175,7 @@ def _stage_units(names, pattern):
 
 def resnet_num_layers(model):
     """The hybrid's units per ResNet stage, e.g. (3, 4, 9), or None for a pure ViT."""
-    return _stage_units((layer.name for layer in model.layers), r"block(\d+)_unit(\d+)_conv1$")
+    return stage_units((layer.name for layer in model.layers), r"block(\d+)_unit(\d+)_conv1$")
 
 
 def cell_size(model):

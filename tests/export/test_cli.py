@@ -250,7 +250,7 @@ def test_sigterm_mid_export_leaves_no_staging_files(trained_vit, tmp_path):
 
 def test_digits_calibration_images_are_the_same_every_run(trained_vit):
     """A fresh-user review found int8 files calibrated on differently shuffled digits in each run (not reproducible)."""
-    from export.pipeline import load_data
+    from export.images import load_data
 
     first, second = (load_data("digits", trained_vit[0], max_samples=64) for _ in range(2))
     np.testing.assert_array_equal(first[0], second[0])

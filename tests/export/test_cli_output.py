@@ -1,5 +1,5 @@
 """What keras-vit-export prints: no converter noise, every real warning, everything under --verbose 2, only errors
-under --verbose 0 (keras_vit/cli/console.py, `output_filter`)."""
+under --verbose 0 (keras_vit/common/console.py, `output_filter`)."""
 
 import os
 import re

@@ -19,7 +19,7 @@ from export import __main__ as cli
 from export.onnx import export_onnx
 from export.pipeline import export_all
 from export.saved_model import export_saved_model
-from export.signature import softmax
+from export.scores import softmax
 
 pytestmark = pytest.mark.export
 
@@ -320,7 +320,7 @@ def test_hybrid_of_any_resolution_exports_with_its_stride(tmp_path):
 
 def test_parse_image_size_takes_numpy_ints_like_keras_vit_resize(dynamic_vit, trained_vit):
     """A fresh-user review: image_size=np.int64(32) was refused by export_all while keras_vit.resize took it."""
-    from export.signature import parse_image_size
+    from export.sizes import parse_image_size
 
     assert parse_image_size(np.int64(32), dynamic_vit) == (32, 32)
     assert parse_image_size((np.int32(20), 24), dynamic_vit) == (20, 24)

@@ -14,8 +14,10 @@ from export import export_all, export_tflite
 from export.input_range import PIXELS, UNIT, model_input_range, parse_input_range, scale
 from export.metadata import read_metadata
 from export.output_folder import artifact_file
-from export.signature import ServingGraph, score_kind
-from export.verify import VerificationError, compare, failures
+from export.signature import ServingGraph
+from export.scores import score_kind
+from export.verify import VerificationError
+from export.tolerances import compare, failures
 from keras_vit import data, training
 
 pytestmark = pytest.mark.export
@@ -258,7 +260,7 @@ def test_export_tflite_refuses_a_label_count_other_than_the_outputs(trained_vit,
 
 
 def test_one_logit_head_gets_a_sigmoid_and_constant_outputs_fail(tmp_path):
-    from export.verify import _run_tflite
+    from export.runtimes import _run_tflite
 
     keras.utils.set_random_seed(0)
     binary = keras_vit.VisionTransformer(**TINY, classes=1, classifier_activation=None)

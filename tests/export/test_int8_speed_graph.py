@@ -2,7 +2,8 @@
 
 TensorFlow's int8 converter gives the attention matmuls' second operand (k^T, v) an asymmetric
 zero point; LiteRT 2.3's XNNPACK then leaves the op to LiteRT's builtin int8 BATCH_MATMUL, which
-took 32 of ViT-Ti/16's 38 ms (benchmarks/README.md). `export.int8_graph.symmetric_matmul_operands`
+took 32 of ViT-Ti/16's 38 ms (benchmarks/findings/int8-symmetric-matmul.md).
+`export.int8_graph.symmetric_matmul_operands`
 gives those operands zero point 0. What XNNPACK takes is read with `export.profile` (LiteRT's own
 delegate placement), zero points from LiteRT's tensor details; no timing is asserted.
 """
@@ -18,7 +19,7 @@ from export import tflite
 from export.int8_graph import symmetric_matmul_operands
 from export.profile import tflite_profile
 from export.signature import ServingGraph
-from export.verify import TOLERANCES, compare
+from export.tolerances import TOLERANCES, compare
 
 TINY = {"patch_size": 4, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "mlp_dim": 64,
         "input_shape": (16, 16, 3), "classes": 5, "classifier_activation": None}

@@ -15,7 +15,9 @@ import keras_vit
 from export import tflite
 from export.fast_path import fast_path, matrix_products_on_xnnpack
 from export.pipeline import format_table
-from export.verify import TOLERANCES, Artifact, VerificationError, run_artifact
+from export.tolerances import TOLERANCES
+from export.verify import Artifact, VerificationError
+from export.runtimes import run_artifact
 from export.signature import ServingGraph
 from keras_vit import data
 

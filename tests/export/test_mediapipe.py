@@ -11,8 +11,10 @@ import keras_vit
 from export import export_tflite
 from export.mediapipe_check import classify, figures, to_frames
 from export.metadata import read_metadata
-from export.signature import ServingGraph, score_kind
-from export.verify import TOLERANCES, _run_tflite
+from export.signature import ServingGraph
+from export.scores import score_kind
+from export.tolerances import TOLERANCES
+from export.runtimes import _run_tflite
 from keras_vit import data
 
 pytestmark = pytest.mark.export
@@ -207,7 +209,7 @@ def test_frames_of_any_size_and_kind(trained_vit, kinds_dir, held_out):
 
 def test_a_tie_in_quantised_probabilities_is_not_a_decisive_flip():
     """int8 probabilities come in steps of 1/256: two classes can score the same; argmax then picks the first."""
-    from export.verify import compare
+    from export.tolerances import compare
 
     reference = np.array([[0.30, 0.345, 0.355], [0.2, 0.5, 0.3], [0.05, 0.05, 0.9]])
     tied = np.array([[0.30, 0.3515625, 0.3515625], [0.2, 0.3, 0.5], [1 / 3, 1 / 3, 1 / 3]])

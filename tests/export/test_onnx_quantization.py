@@ -15,7 +15,8 @@ import keras_vit
 from export import __main__ as cli
 from export import export_all, export_onnx
 from export.onnx_quantization import ONNX_QUANTIZATIONS, quantize, weight_elements
-from export.verify import TOLERANCES, VerificationError, compare, reference_outputs
+from export.tolerances import TOLERANCES, compare
+from export.verify import VerificationError, reference_outputs
 
 pytestmark = pytest.mark.export
 
@@ -163,7 +164,8 @@ def test_bad_quantization_or_missing_calibration_names_the_argument(trained_vit,
 
 def test_dynamic_int8_is_verified_one_image_at_a_time(exported, trained_vit):
     """The dynamic file quantises activations with one scale per call: an image's scores depend on its batch."""
-    from export.verify import Artifact, run_artifact
+    from export.verify import Artifact
+    from export.runtimes import run_artifact
 
     images = trained_vit[2][:16]
     path = str(exported[0] / FILES["dynamic_int8"])

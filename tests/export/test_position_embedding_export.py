@@ -4,7 +4,7 @@ For each kind a small ViT is trained on scikit-learn's digits (the recipe of `co
 default kind's export tests use: seed 0, 16 px, patch 4, AdamW 3e-3), saved to .keras and reloaded (identical
 outputs), and the reloaded model goes through `export_all` with every format, every TFLite mode
 (`export.tflite.QUANTIZATIONS`) and every ONNX mode, calibrated and verified on digits (360 held-out images) against
-the bars of `export.verify.TOLERANCES`, none loosened.
+the bars of `export.tolerances.TOLERANCES`, none loosened.
 
 Why 2 layers, hidden 64 and 30 epochs, not `trained_vit`'s 1 layer, hidden 32 and 15 epochs (docs/traps.md, the
 row on position-embedding kinds): with 1 layer every kind's int8 and weight_only_int4 agreement sits within about
@@ -25,9 +25,12 @@ import pytest
 import keras_vit
 from export.onnx_quantization import ONNX_QUANTIZATIONS
 from export.output_folder import artifact_file
-from export.pipeline import FORMATS, VERIFY_SAMPLES, export_all
+from export.output_folder import FORMATS
+from export.images import VERIFY_SAMPLES
+from export.pipeline import export_all
 from export.tflite import QUANTIZATIONS
-from export.verify import TOLERANCES, VerificationError
+from export.tolerances import TOLERANCES
+from export.verify import VerificationError
 from keras_vit import data, training
 
 pytest.importorskip("litert_quantizer")

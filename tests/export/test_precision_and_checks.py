@@ -18,6 +18,7 @@ from export import __main__ as cli
 from export import export_all, export_onnx, export_saved_model, export_tflite
 from export.onnx import check_onnx
 from export.signature import ServingGraph, dtype_policy_name, float32_twin
+from export.tolerances import TOLERANCES
 from export.verify import Artifact, VerificationError, verify
 
 tflite_module = importlib.import_module("export.tflite")
@@ -118,14 +119,14 @@ def _corrupt(fmt, model, monkeypatch):
         convert = tflite_module.convert
         monkeypatch.setattr(tflite_module, "convert", lambda graph, *a, **k: convert(ServingGraph(_other_weights(model)), *a, **k))
     elif fmt == "onnx":
-        rename = onnx_module._rename_output
+        rename = onnx_module.rename_output
 
         def corrupt(proto, name):
             rename(proto, name)
             init = max(proto.graph.initializer, key=lambda t: np.prod(t.dims))
             init.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(init) * 1.01, init.name))
 
-        monkeypatch.setattr(onnx_module, "_rename_output", corrupt)
+        monkeypatch.setattr(onnx_module, "rename_output", corrupt)
     else:
         other = ServingGraph(_other_weights(model))
         copy_other = types.SimpleNamespace(copytree=lambda src, dst: shutil.copytree(other.saved_model_dir(), dst))
@@ -217,8 +218,7 @@ def test_the_noise_hint_only_where_it_applies(tmp_path, monkeypatch):
     with pytest.raises(VerificationError) as info:
         export_all(model, str(tmp_path / "a"), formats="onnx", measure_latency=False)
     assert "model.onnx: relative_max_abs_diff" in str(info.value) and "random noise" not in str(info.value)
-    verify_module = importlib.import_module("export.verify")
-    monkeypatch.setitem(verify_module.TOLERANCES, "float16", {"decisive_top1_agreement": 1.01})
+    monkeypatch.setitem(TOLERANCES, "float16", {"decisive_top1_agreement": 1.01})
     with pytest.raises(VerificationError) as info:
         export_all(model, str(tmp_path / "b"), formats="tflite", quantizations="float16", measure_latency=False)
     assert "random noise" in str(info.value) and "--calibration-data" in str(info.value)
@@ -302,7 +302,7 @@ def test_each_export_function_takes_scores(fmt, tmp_path):
     logits = np.asarray(float32_twin(model)(x))
     path = str(tmp_path / {"saved_model": "sm", "tflite": "m.tflite", "onnx": "m.onnx"}[fmt])
     EXPORTERS[fmt](model, path, scores="logits")
-    from export.verify import run_artifact
+    from export.runtimes import run_artifact
 
     out = np.concatenate([run_artifact(Artifact(fmt, fmt, path), x[i:i + 1]) for i in range(len(x))])
     np.testing.assert_allclose(out, logits, atol=2e-5 * np.abs(logits).max())

@@ -243,7 +243,7 @@ def test_cli_profile_puts_each_tflite_profile_in_the_report(trained_vit, tmp_pat
 
 
 def test_tflite_files_default_to_a_fixed_batch_of_one(trained_vit, files, tmp_path):
-    from export.verify import _run_tflite, _tflite_interpreter
+    from export.runtimes import _run_tflite, _tflite_interpreter
 
     model, _, images, _ = trained_vit
     path = str(tmp_path / "default.tflite")
@@ -256,7 +256,7 @@ def test_tflite_files_default_to_a_fixed_batch_of_one(trained_vit, files, tmp_pa
 
 def test_export_all_batch_size_none_gives_a_dynamic_tflite_file(trained_vit, tmp_path):
     from export.pipeline import export_all
-    from export.verify import _tflite_interpreter
+    from export.runtimes import _tflite_interpreter
 
     model = trained_vit[0]
     report = export_all(model, str(tmp_path / "out"), formats="tflite", quantizations="float32", batch_size=None,

@@ -7,8 +7,11 @@ import tensorflow as tf
 
 from export import export_tflite
 from export.metadata import read_metadata
-from export.tflite import check_builtin_ops, op_names, representative_samples
-from export.verify import _run_tflite, _tflite_interpreter, _tflite_invoke, compare, reference_outputs
+from export.tflite import check_builtin_ops, op_names
+from export.images import representative_samples
+from export.runtimes import _run_tflite, _tflite_interpreter, tflite_invoke
+from export.tolerances import compare
+from export.verify import reference_outputs
 
 pytestmark = pytest.mark.export
 
@@ -34,7 +37,7 @@ def test_each_mode_runs_in_litert_with_builtin_ops(trained_vit, tmp_path, quanti
     # a larger batch through the same file
     interpreter = _tflite_interpreter(path)
     interpreter.allocate_tensors()
-    batch3 = _tflite_invoke(interpreter, images[:3])
+    batch3 = tflite_invoke(interpreter, images[:3])
     np.testing.assert_allclose(batch3, out[:3], atol=1e-5)
 
 

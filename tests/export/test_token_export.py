@@ -2,7 +2,7 @@
 
 `include_top=False, pooling=None` gives `(batch, tokens, hidden_size)`: the features dense heads (detection,
 segmentation) are built on. Each file is compared with Keras per token (relative difference, cosine) against
-`export.verify.TOKEN_TOLERANCES`; agreement and accuracy do not apply, and MediaPipe's classifier is skipped.
+`export.tolerances.TOKEN_TOLERANCES`; agreement and accuracy do not apply, and MediaPipe's classifier is skipped.
 """
 
 import json
@@ -15,7 +15,7 @@ import keras_vit
 from export import __main__ as cli
 from export.metadata import read_metadata
 from export.pipeline import export_all
-from export.verify import TOKEN_TOLERANCES, TOKENS_NOTE, compare, failures
+from export.tolerances import TOKEN_TOLERANCES, TOKENS_NOTE, compare, failures
 
 pytestmark = pytest.mark.export
 

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from export import export_saved_model, export_tflite
-from export.verify import TOKEN_TOLERANCES, TOLERANCES, Artifact, VerificationError, compare, failures, verify
+from export.tolerances import TOKEN_TOLERANCES, TOLERANCES, compare, failures
+from export.verify import Artifact, VerificationError, verify
 
 
 def test_compare_figures_by_hand():
