@@ -16,7 +16,10 @@ from export.fast_path import slow_on_cpu
 from export.input_range import RANGES, parse_input_range, range_name
 from export.onnx_quantization import ONNX_QUANTIZATIONS
 from export.output_folder import FORMATS
-from export.tflite import CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, REFUSED
+from export.litert_quantization import LITERT_QUANTIZATIONS
+from export.modes import FLOAT32, ONNX, names
+from export.tflite import (CALIBRATED, DEFAULT_QUANTIZATIONS, DYNAMIC_SIZE_QUANTIZATIONS, IO_TYPES, QUANTIZATIONS,
+                           REFUSED)
 from keras_vit.common import cli_text as _cli
 from keras_vit.common import console as _console
 from keras_vit.common import files as _files
@@ -30,6 +33,12 @@ def _input_range(value):
         raise argparse.ArgumentTypeError(str(e).replace("--input-range must", "must")) from None
 
 
+def _and(items):
+    """"a, b and c" for a list of names."""
+    items = list(items)
+    return ", ".join(items[:-1]) + (" and " if len(items) > 1 else "") + items[-1]
+
+
 def build_parser():
     """Returns the `argparse.ArgumentParser` of `keras-vit-export`."""
     p = _cli.ArgumentParser(prog="keras-vit-export", description=__doc__.splitlines()[0])  # "did you mean" on typos
@@ -38,15 +47,13 @@ def build_parser():
     p.add_argument(
         "--quantization", default=",".join(DEFAULT_QUANTIZATIONS),
         help=f"TFLite modes, comma list of {', '.join(QUANTIZATIONS)} (default: {','.join(DEFAULT_QUANTIZATIONS)}, "
-             "TensorFlow's converter; int16x8, int8_mixed16, weight_only_int8, weight_only_int4 and dynamic_int4 are made "
-             "by LiteRT Quantizer, package litert-quantizer; int8, int8_mixed16 and int16x8 are calibrated on "
-             "--calibration-data)",
+             f"TensorFlow's converter; {_and(LITERT_QUANTIZATIONS)} are made by LiteRT Quantizer, package "
+             f"litert-quantizer; {_and(CALIBRATED)} are calibrated on --calibration-data; docs/export.md has the table)",
     )
-    p.add_argument("--onnx-quantization", default="float32",
-                   help=f"ONNX modes, comma list of {', '.join(ONNX_QUANTIZATIONS)} (default: float32): model.onnx, "
-                        "model_dynamic_int8.onnx, model_int8.onnx (onnxruntime's quantisation tools; QDQ, calibrated "
-                        "on --calibration-data), model_float32_fused.onnx (float32 through onnxruntime's transformer "
-                        "optimizer: fused com.microsoft ops, for onnxruntime alone; --opset 17 or 18)")
+    onnx_default = ",".join(names("onnx", default=True))
+    p.add_argument("--onnx-quantization", default=onnx_default,
+                   help=f"ONNX modes, comma list of {', '.join(ONNX_QUANTIZATIONS)} (default: {onnx_default}): "
+                        + "; ".join(f"{m.file_name} ({m.help})" for m in ONNX.values()))
     p.add_argument("--calibration-data", default=None, metavar="digits|FOLDER|TFDS-NAME",
                    help="calibration images for int8 and held-out images for verification; an image folder is split "
                         "80/20 into the two (default: a seeded random batch)")
@@ -60,7 +67,7 @@ def build_parser():
     p.add_argument("--input-range", default=None, type=_input_range, metavar="|".join(RANGES),
                    help="the pixel range the model takes (default: read from its first layers: keras_vit's "
                         "include_preprocessing or preprocess_input, Rescaling, Normalization; else -1,1)")
-    p.add_argument("--int8-io-type", choices=["float32", "int8", "uint8"], default="float32")
+    p.add_argument("--int8-io-type", choices=list(IO_TYPES), default=FLOAT32)
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     p.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     p.add_argument("--profile", action="store_true",
@@ -84,7 +91,7 @@ def build_parser():
                         "resized (keras_vit.resize, its position table resampled once); a model of any resolution "
                         "keeps dynamic SavedModel/ONNX files (verified at H,W and a second size) and gets .tflite "
                         "files of H x W (default: its table's grid x patch size); 'dynamic': .tflite files of "
-                        "dynamic height and width too (float32, float16, dynamic_int8)")
+                        f"dynamic height and width too ({', '.join(DYNAMIC_SIZE_QUANTIZATIONS)})")
     p.add_argument("--overwrite", action="store_true", help="replace existing artifacts")
     _console.add_verbose_argument(p, help="0: errors only; 1: progress, the table, warnings, one line naming the "
                                   "devices, no converter noise (default); 2: everything TensorFlow and LiteRT print")
@@ -169,7 +176,7 @@ def _main(argv):
             print(format_contracts({**report, "artifacts": [r for r in report.get("artifacts", []) if r["passed"]]}))
         except OSError:
             pass
-        tip = _cli_text.what_to_try(report, CALIBRATED)  # more training, other images, or the mode left out
+        tip = _cli_text.what_to_try(report)  # more training, other images, or the mode left out
         if args.web is not None:
             tip = (tip + f"\n{parser.prog}: " if tip else "") + f"no page written to {args.web}: the export failed"
         parser.exit(1, f"{parser.prog}: {_cli_text.flag_names(e)}\n" + (f"{parser.prog}: {tip}\n" if tip else ""))

@@ -4,6 +4,7 @@ the checks that need no data, and what to try when a quantised file fails its ba
 import os
 
 from keras_vit.common import cli_text as _cli
+from export.modes import FLOAT32, FORMATS, aliases
 
 # export_all's (and its helpers') parameters -> keras-vit-export's flags, for `keras_vit.common.cli_text.flag_names`
 FLAGS = {
@@ -14,22 +15,10 @@ FLAGS = {
     "opset": "--opset", "batch_size": "--batch-size", "scores": "--scores", "image_size": "--image-size",
     "overwrite": "--overwrite", "profile": "--profile", "directory": "--calibration-data", "input_range": "--input-range",
 }
-# Names other tools (TensorFlow's converter and docs, onnxruntime, ML Kit) give the modes, and common typos of kind.
-QUANTIZATION_ALIASES = {
-    "fp32": "float32", "f32": "float32", "float": "float32", "none": "float32", "default": "float32",
-    "fp16": "float16", "f16": "float16", "half": "float16",
-    "int8-dynamic": "dynamic_int8", "dynamic": "dynamic_int8", "dynamic-range": "dynamic_int8", "drq": "dynamic_int8",
-    "dynamic-range-int8": "dynamic_int8", "int8_dynamic_range": "dynamic_int8",
-    "full-int8": "int8", "full-integer": "int8", "full-integer-int8": "int8", "int8-full": "int8", "uint8": "int8",
-    "integer": "int8", "static-int8": "int8", "qint8": "int8",
-    "16x8": "int16x8", "int16": "int16x8", "int16-activations": "int16x8", "a16w8": "int16x8", "w8a16": "int16x8",
-    "int4": ("dynamic_int4", "weight_only_int4"), "int4-dynamic": "dynamic_int4", "weight-int4": "weight_only_int4",
-    "weight-int8": "weight_only_int8", "weight-only": "weight_only_int8",
-}
-ONNX_QUANTIZATION_ALIASES = {"fp32": "float32", "float": "float32", "dynamic": "dynamic_int8",
-                             "int8-dynamic": "dynamic_int8", "qdq": "int8", "static": "int8", "static-int8": "int8",
-                             "fused": "float32_fused", "optimized": "float32_fused", "ort": "float32_fused",
-                             "transformer-optimizer": "float32_fused"}
+# Names other tools (TensorFlow's converter and docs, onnxruntime, ML Kit) give the modes, and common typos of kind:
+# each mode's record (`export.modes`)
+QUANTIZATION_ALIASES = aliases("tflite")
+ONNX_QUANTIZATION_ALIASES = aliases("onnx")
 FORMAT_ALIASES = {"savedmodel": "saved_model", "tf": "saved_model", "litert": "tflite", "lite": "tflite"}
 
 
@@ -66,14 +55,12 @@ def check_arguments(args, formats, quantizations, refused, onnx_quantizations):
                          f"{data!r} is neither an existing folder nor a data set TFDS knows (--calibration-data)")
 
 
-def what_to_try(report, calibrated=("int8", "int16x8")):
+def what_to_try(report):
     """One sentence naming what to try when quantised files failed verification, or "" when none did.
 
     Args:
         report: `export_all`'s report (`report.json`): each artifact's
             format, quantization, passed and failures.
-        calibrated: the TFLite modes calibrated on --calibration-data
-            (`export.tflite.CALIBRATED`); the ONNX "int8" file is too.
 
     Returns:
         str, e.g. "what to try: train the model longer ...; calibrate on more
@@ -96,7 +83,7 @@ def what_to_try(report, calibrated=("int8", "int16x8")):
     if constant and all(r.get("keras_constant_outputs") for r in constant):  # the model itself, not a mode to tune
         return ("what to try: train the model first: its own outputs are the same for every image, so no file can "
                 "decide anything")
-    failed = [r for r in rows if not r["passed"] and r["quantization"] != "float32"]
+    failed = [r for r in rows if not r["passed"] and r["quantization"] != FLOAT32]
     if not failed:
         return ""
     tips = []
@@ -104,7 +91,7 @@ def what_to_try(report, calibrated=("int8", "int16x8")):
     if decisions:
         tips.append("train the model longer or on more data (a model whose decisions are close flips more of them "
                     "when quantised)")
-    if any(r["quantization"] in (calibrated if r["format"] == "tflite" else ("int8",)) for r in decisions):
+    if any(FORMATS[r["format"]][r["quantization"]].calibrated for r in decisions if r["format"] in FORMATS):
         tips.append("calibrate on more or other images, like the ones the model will classify "
                     "(--calibration-data FOLDER)")
     count = report.get("num_verification_images") or 0
@@ -117,6 +104,6 @@ def what_to_try(report, calibrated=("int8", "int16x8")):
         if bad:
             keep = [r["quantization"] for r in rows if r["format"] == fmt and r["quantization"] not in bad]
             left_out.append(f"{', '.join(bad)}{' (ONNX)' if fmt == 'onnx' else ''}")
-            kept.append(f"{flag} {','.join(keep or ['float32'])}")
+            kept.append(f"{flag} {','.join(keep or [FLOAT32])}")
     tips.append(f"leave {' and '.join(left_out)} out: {' '.join(kept)}")
     return "what to try: " + "; ".join(tips[:-1]) + ("; or " if len(tips) > 1 else "") + tips[-1]

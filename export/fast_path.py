@@ -22,36 +22,16 @@ too. The export report's `runs_fast_on` and the table's column come from
 measures which ops XNNPACK takes in the file itself.
 """
 
-XNNPACK = "XNNPACK (CPU)"
-REFERENCE = "reference kernels only (slow on a CPU)"
+from export.modes import FLOAT32, FORMATS, XNNPACK
+
 # what the labels claim, in the op profile's terms: XNNPACK runs every matrix product (FULLY_CONNECTED, BATCH_MATMUL)
 # of a file labelled XNNPACK or "(matrix products on XNNPACK)", and no FULLY_CONNECTED of one on reference kernels only
 # or "for its matrix products"
 MATRIX_PRODUCTS = ("FULLY_CONNECTED", "BATCH_MATMUL")
-# (format, quantization) -> (where it runs fast, why, in one clause)
-FAST_PATH = {
-    ("saved_model", "float32"): ("TensorFlow (server)", "a TensorFlow graph"),
-    ("tflite", "float32"): (XNNPACK + ", GPU delegate", "float32 kernels"),
-    ("tflite", "float16"): (XNNPACK + ", GPU delegate", "float16 weights dequantised once at load"),
-    ("tflite", "dynamic_int8"): (XNNPACK, "int8 weights, activations quantised on the fly"),
-    ("tflite", "int8"): (XNNPACK + ", integer-only NPUs", "every op integer: the one mode an NPU runs whole"),
-    ("tflite", "int8_mixed16"): ("integer-only NPUs with int16 activations; on a CPU its int16 ops on reference "
-                                 "kernels (matrix products on XNNPACK)",
-                                 "its int16 LayerNorm, residual-add and softmax ops run on LiteRT's reference kernels, "
-                                 "between its int8 matrix products on XNNPACK"),
-    ("tflite", "int16x8"): (REFERENCE + "; NPUs with int16 activations",
-                            "XNNPACK has no int16 kernels, so a CPU runs every op on LiteRT's reference kernels"),
-    ("tflite", "weight_only_int8"): (XNNPACK, "int8 weights dequantised to float32 at load"),
-    ("tflite", "weight_only_int4"): ("reference kernels for its matrix products (slow on a CPU)",
-                                     "its int4 weights are dequantised by builtin kernels outside XNNPACK before "
-                                     "every matrix product; dynamic_int4 keeps them inside XNNPACK"),
-    ("tflite", "dynamic_int4"): (XNNPACK, "int4 weights inside XNNPACK's matrix products"),
-    ("onnx", "float32"): ("onnxruntime CPU", "float32 kernels"),
-    ("onnx", "dynamic_int8"): ("onnxruntime CPU", "int8 weights, activations quantised on the fly"),
-    ("onnx", "int8"): ("onnxruntime CPU, QDQ NPUs (QNN, OpenVINO)", "static QDQ int8"),
-    ("onnx", "float32_fused"): ("onnxruntime only (CPU)", "float32 with onnxruntime's fused com.microsoft ops "
-                                "(SkipLayerNormalization, Gelu), which no other runtime has"),
-}
+# (format, quantization) -> (where it runs fast, why, in one clause): the SavedModel, and each mode's record
+FAST_PATH = {("saved_model", FLOAT32): ("TensorFlow (server)", "a TensorFlow graph")}
+FAST_PATH.update({(fmt, mode.name): (mode.runs_fast_on, mode.why) for fmt, table in FORMATS.items()
+                  for mode in table.values()})
 
 
 def fast_path(fmt, quantization):
@@ -82,9 +62,11 @@ def slow_on_cpu(modes):
         str, e.g. "note: int16x8 is slow on a CPU (int16x8: XNNPACK has no int16 kernels, ...); for a phone's CPU
         pick int8, dynamic_int8 or dynamic_int4".
     """
-    slow = [m for m in modes if "reference kernels" in fast_path("tflite", m)]
+    slow = [m for m in modes if m in FORMATS["tflite"] and FORMATS["tflite"][m].slow_on_cpu]
     if not slow:
         return ""
     reasons = "; ".join(f"{m}: {FAST_PATH[('tflite', m)][1]}" for m in slow)
+    fast = [m.name for m in sorted(FORMATS["tflite"].values(), key=lambda m: not m.calibrated)  # full-integer first
+            if m.runs_fast_on.startswith(XNNPACK) and m.weights in ("int8", "int4") and m.activations != FLOAT32]
     return (f"note: {', '.join(slow)} {'is' if len(slow) == 1 else 'are'} slow on a CPU ({reasons}); for a phone's "
-            "CPU pick int8, dynamic_int8 or dynamic_int4")
+            f"CPU pick {', '.join(fast[:-1])} or {fast[-1]}")

@@ -75,11 +75,14 @@ import warnings
 
 import numpy as np
 
+from export.modes import TFLITE, names
+
 PACKAGE = "litert-quantizer"
+_BITS = {"int8": 8, "int4": 4}  # a record's weights -> LiteRT Quantizer's num_bits
 PACKAGE_VERSION = "0.11.0"
-LITERT_QUANTIZATIONS = ("int16x8", "weight_only_int8", "weight_only_int4", "dynamic_int4", "int8_mixed16")
-CALIBRATED = ("int16x8", "int8_mixed16")
-# "int8_mixed16"'s int16 ops, by output tensor name (LiteRT Quantizer matches each regex against them) and op type:
+LITERT_QUANTIZATIONS = names("tflite", converter="litert_quantizer")
+CALIBRATED = tuple(m for m in LITERT_QUANTIZATIONS if TFLITE[m].calibrated)
+# The int16 ops of a mode with activations "int8_int16" (int8_mixed16), by output tensor name (LiteRT Quantizer matches each regex against them) and op type:
 # a LayerNorm's arithmetic (keras_vit's norm_1, norm_2, encoder_norm), the residual adds, every softmax
 MIXED16_OPS = (
     (r".*norm[^/]*/.*", ("MEAN", "SUB", "MUL", "RSQRT", "ADD")),
@@ -125,28 +128,27 @@ def recipe(quantization):
     from litert_quantizer import qtyping
     from litert_quantizer.recipe_manager import RecipeManager
 
-    every = qtyping.TFLOperationName.ALL_SUPPORTED
-    manager = RecipeManager()
-    if quantization == "int16x8":
-        manager.add_static_config(".*", every, activation_num_bits=16, weight_num_bits=8)
-        _float_io(manager)
-    elif quantization == "int8_mixed16":
-        manager.add_static_config(".*", every, activation_num_bits=8, weight_num_bits=8)
-        for regex, ops in MIXED16_OPS:
-            for op in ops:
-                manager.add_static_config(regex, getattr(qtyping.TFLOperationName, op), activation_num_bits=16,
-                                          weight_num_bits=8)
-        _float_io(manager)
-    elif quantization == "weight_only_int8":
-        manager.add_weight_only_config(".*", every, num_bits=8)
-    elif quantization == "weight_only_int4":
-        manager.add_weight_only_config(".*", every, num_bits=4)
-    elif quantization == "dynamic_int4":
-        manager.add_dynamic_config(".*", every, num_bits=4)
-    else:
+    if quantization not in LITERT_QUANTIZATIONS:
         raise ValueError(
             f"`quantization` must be one of {', '.join(LITERT_QUANTIZATIONS)}. Received: quantization={quantization!r}"
         )
+    mode = TFLITE[quantization]  # its record says which of LiteRT Quantizer's three configs it is, and the bits
+    every = qtyping.TFLOperationName.ALL_SUPPORTED
+    weight_bits = _BITS[mode.weights]
+    manager = RecipeManager()
+    if mode.activations == "float32":
+        manager.add_weight_only_config(".*", every, num_bits=weight_bits)
+    elif mode.activations == "dynamic":
+        manager.add_dynamic_config(".*", every, num_bits=weight_bits)
+    else:  # static: int16, int8, or int8 with int16 on MIXED16_OPS
+        activation_bits = 16 if mode.activations == "int16" else 8
+        manager.add_static_config(".*", every, activation_num_bits=activation_bits, weight_num_bits=weight_bits)
+        if mode.activations == "int8_int16":
+            for regex, ops in MIXED16_OPS:
+                for op in ops:
+                    manager.add_static_config(regex, getattr(qtyping.TFLOperationName, op), activation_num_bits=16,
+                                              weight_num_bits=weight_bits)
+        _float_io(manager)
     return manager.get_quantization_recipe()
 
 

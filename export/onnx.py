@@ -4,6 +4,7 @@ import weakref
 
 from keras_vit.common import files as _files
 from export.onnx_fusion import check_fusion, fuse
+from export.modes import ONNX
 from export.onnx_quantization import calibration_samples, check_onnx_quantization, quantize
 from export.input_range import UNIT, scale
 from export.signature import INPUT_NAME, OUTPUT_NAME, PIXELS_INPUT_NAME, prepare
@@ -94,7 +95,8 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
     """
     check_opset(opset)
     check_onnx_quantization(quantization)
-    if quantization == "float32_fused":
+    converter = ONNX[quantization].converter
+    if converter == "onnxruntime_transformers":
         check_fusion(opset)
     _files.check_target(path, overwrite)
     graph, owned = prepare(model, include_preprocessing, scores=scores, input_range=input_range)
@@ -106,10 +108,10 @@ def export_onnx(model, path, opset=DEFAULT_OPSET, include_preprocessing=False, o
         if check_images is None and samples is not None:  # real images when there are, back in [-1, 1]
             check_images = scale(samples[:64], graph.input_range, UNIT)
         content = _converted(graph, opset, path)
-        if quantization == "float32_fused":
+        if converter == "onnxruntime_transformers":
             content = fuse(content)
             check_onnx(content, path, domains=ONNXRUNTIME_DOMAINS)
-        elif quantization != "float32":
+        elif converter == "onnxruntime":
             content = quantize(content, quantization, samples)
             check_onnx(content, path)
         with _files.staged(path, overwrite) as tmp:

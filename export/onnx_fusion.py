@@ -33,9 +33,11 @@ import os
 import numpy as np
 
 from keras_vit.common import files as _files
+from export.modes import names
 
 # the opset that has ONNX's own LayerNormalization op
 MIN_OPSET = 17
+FUSED = names("onnx", converter="onnxruntime_transformers")[0]  # the mode this module makes
 # the fused op types `fused_nodes` counts, always reported (0 where the optimizer made none)
 FUSED_OPS = ("Attention", "MultiHeadAttention", "SkipLayerNormalization", "LayerNormalization", "Gelu", "BiasGelu",
              "FastGelu")
@@ -53,13 +55,13 @@ def check_fusion(opset):
             message names the package to install.
     """
     if opset < MIN_OPSET:
-        raise ValueError(f"`opset` must be >= {MIN_OPSET} for the 'float32_fused' ONNX file (ONNX's LayerNormalization "
+        raise ValueError(f"`opset` must be >= {MIN_OPSET} for the {FUSED!r} ONNX file (ONNX's LayerNormalization "
                          f"op). Received: opset={opset}")
     try:
         import sympy  # noqa: F401  (the optimizer's shape inference imports it only when it runs)
         from onnxruntime.transformers import optimizer  # noqa: F401
     except ImportError as e:
-        raise ValueError(f"quantization='float32_fused' is made by onnxruntime's transformer optimizer, which cannot "
+        raise ValueError(f"quantization={FUSED!r} is made by onnxruntime's transformer optimizer, which cannot "
                          f"run here ({e}); install `sympy` (`pip install sympy`, or the `export` extra)") from None
 
 
@@ -84,7 +86,7 @@ def fuse(content):
     proto = onnx.load_from_string(content)
     if not rewrite_for_fusion(proto)["LayerNormalization (rewritten)"]:  # the optimizer would fuse GELUs at most
         raise RuntimeError("no LayerNorm of the float32 graph matched the pattern the rewrite knows (tf2onnx's, opset "
-                           "17 or 18): the optimizer would fuse next to nothing, so no float32_fused file is written")
+                           f"17 or 18): the optimizer would fuse next to nothing, so no {FUSED} file is written")
     with _files.temporary_directory("onnx-fuse-") as work:
         source, target = os.path.join(work, "rewritten.onnx"), os.path.join(work, "fused.onnx")
         onnx.save(proto, source)

@@ -29,10 +29,11 @@ import os
 import numpy as np
 
 from keras_vit.common import files as _files
+from export.modes import ONNX, names
 
-# "float32_fused" is float32 with onnxruntime's fused transformer ops, onnxruntime-only (`export.onnx_fusion`)
-ONNX_QUANTIZATIONS = ("float32", "dynamic_int8", "int8", "float32_fused")
-INT8_QUANTIZATIONS = ("dynamic_int8", "int8")
+# The modes' records (`export.modes.ONNX`); those onnxruntime's quantisation tools make from the float32 file
+ONNX_QUANTIZATIONS = tuple(ONNX)
+INT8_QUANTIZATIONS = names("onnx", converter="onnxruntime")
 # Static int8, measured with `python -m benchmarks.onnx_int8` (the tests' trained 16 px ViT on 360 held-out digits;
 # ViT-Ti/16 at 224 px with random weights on 64 noise images; 1 thread, files timed in alternation):
 # - per-channel weight scales: 99.2% / 100% decisive top-1 agreement with Keras (per tensor: 98.9% / 96.9%);
@@ -61,7 +62,7 @@ def onnx_file(quantization="float32"):
     """The file name of an ONNX artifact: "model.onnx" for float32, else "model_{quantization}.onnx"
     (`model_float32_fused.onnx`, ...)."""
     check_onnx_quantization(quantization)
-    return "model.onnx" if quantization == "float32" else f"model_{quantization}.onnx"
+    return ONNX[quantization].file_name
 
 
 def calibration_samples(quantization, representative_data, shape, input_range=None):
@@ -74,10 +75,10 @@ def calibration_samples(quantization, representative_data, shape, input_range=No
         ValueError: "int8" without representative data, or with none of
             `shape` (see `export.images.representative_samples`).
     """
-    if quantization != "int8":
+    if quantization not in ONNX or not ONNX[quantization].calibrated:
         return None
     if representative_data is None:
-        raise ValueError("quantization='int8' needs representative_data (calibration images)")
+        raise ValueError(f"quantization={quantization!r} needs representative_data (calibration images)")
     from export.images import representative_samples
 
     return representative_samples(representative_data, shape, input_range=input_range)
@@ -115,9 +116,11 @@ def quantize(content, quantization, samples=None, per_channel=PER_CHANNEL, prepr
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     if quantization not in INT8_QUANTIZATIONS:
-        raise ValueError(f"`quantization` must be 'dynamic_int8' or 'int8'. Received: quantization={quantization!r}")
-    if quantization == "int8" and (samples is None or len(samples) == 0):
-        raise ValueError("quantization='int8' needs calibration images (representative_data)")
+        raise ValueError(f"`quantization` must be {' or '.join(map(repr, INT8_QUANTIZATIONS))}. "
+                         f"Received: quantization={quantization!r}")
+    static = ONNX[quantization].calibrated
+    if static and (samples is None or len(samples) == 0):
+        raise ValueError(f"quantization={quantization!r} needs calibration images (representative_data)")
     with _files.temporary_directory("onnx-quant-") as work:
         source, prepared, target = (os.path.join(work, n) for n in ("float.onnx", "pre.onnx", "int8.onnx"))
         with open(source, "wb") as f:
@@ -126,7 +129,7 @@ def quantize(content, quantization, samples=None, per_channel=PER_CHANNEL, prepr
             quant_pre_process(source, prepared, skip_symbolic_shape=True)
         else:
             prepared = source
-        if quantization == "dynamic_int8":
+        if not static:
             quantize_dynamic(prepared, target, weight_type=QuantType.QInt8,
                              op_types_to_quantize=None if op_types is None else list(op_types))
         else:

@@ -9,6 +9,7 @@ import numpy as np
 
 from keras_vit.common import files as _files
 from export.input_range import RANGES, UNIT, UNREAD, describe, parse_input_range, scale
+from export.modes import FLOAT32, ONNX, TFLITE
 from export.onnx import check_opset
 from export.onnx_fusion import check_fusion, fused_nodes
 from export.onnx_quantization import ONNX_QUANTIZATIONS
@@ -200,13 +201,15 @@ def export_all(
     quantizations = parse_list(quantizations, QUANTIZATIONS, "quantization") if "tflite" in formats else []
     onnx_quantizations = parse_list(onnx_quantization, ONNX_QUANTIZATIONS, "onnx_quantization") if "onnx" in formats else []
     for q in quantizations:
-        check_quantization(q, int8_io_type if q == "int8" else "float32")
+        check_quantization(q, int8_io_type if int8_io_type in TFLITE[q].io_types else FLOAT32)
     if "onnx" in formats:
         check_opset(opset)
-    if "float32_fused" in onnx_quantizations:
+    if any(ONNX[q].converter == "onnxruntime_transformers" for q in onnx_quantizations):
         check_fusion(opset)
-    if int8_io_type != "float32" and "int8" not in quantizations:
-        raise ValueError(f"int8_io_type={int8_io_type!r} applies to the 'int8' TFLite file, which is not requested")
+    takers = [m for m in TFLITE if int8_io_type in TFLITE[m].io_types]
+    if int8_io_type != FLOAT32 and not set(takers) & set(quantizations):
+        raise ValueError(f"int8_io_type={int8_io_type!r} applies to the {' or '.join(map(repr, takers))} TFLite file, "
+                         "which is not requested")
     if batch_size not in (None, 1):
         raise ValueError(f"`batch_size` must be 1 or None (dynamic). Received: batch_size={batch_size!r}")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
@@ -287,7 +290,7 @@ def _export_all(model, output_dir, size, formats, planned, targets, calibration_
     failed = [f"{r['name']}: {'; '.join(r['failures'])}" for r in report["artifacts"] if not r["passed"]]
     if failed:
         hint = ""
-        if calibration_data is None and any(decision_failure(r) and r["quantization"] != "float32"
+        if calibration_data is None and any(decision_failure(r) and r["quantization"] != FLOAT32
                                             for r in report["artifacts"]):
             hint = f" ({NOISE_HINT.format(argument='calibration_data / --calibration-data')})"
         raise VerificationError("verification failed for " + " | ".join(failed) + hint)
@@ -372,14 +375,14 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
                     export_saved_model(graph, staged_path, include_preprocessing, verify=False)
                 elif fmt == "onnx":
                     export_onnx(graph, staged_path, opset, include_preprocessing, verify=False, quantization=q,
-                                representative_data=calibration if q == "int8" else None)
+                                representative_data=calibration if ONNX[q].calibrated else None)
                 else:
                     export_tflite(
                         tflite_graph,
                         staged_path,
                         quantization=q,
                         representative_data=calibration if q in CALIBRATED else None,
-                        io_type=int8_io_type if q == "int8" else "float32",
+                        io_type=int8_io_type if int8_io_type in TFLITE[q].io_types else FLOAT32,
                         metadata={"labels": label_names, "scores": graph.score_kind},
                         include_preprocessing=include_preprocessing,
                         batch_size=tflite_batch_size,
@@ -413,7 +416,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             app_files = check_app_files(graph, results, files, eval_images, web=web_check, mediapipe=mediapipe)
         for row in results:
             row["contract"] = artifact_contract(row["path"], row["format"], graph)
-            if row["quantization"] == "float32_fused":  # what onnxruntime's optimizer fused (Attention, Gelu, ...)
+            if row["format"] == "onnx" and ONNX[row["quantization"]].converter == "onnxruntime_transformers":  # what onnxruntime's optimizer fused (Attention, Gelu, ...)
                 row["fused_nodes"] = fused_nodes(row["path"])
                 made = ", ".join(f"{op} {n}" for op, n in row["fused_nodes"].items() if n) or "none"
                 print(f"{row['name']}: onnxruntime's optimizer fused {made} (Attention {row['fused_nodes']['Attention']})",

@@ -9,8 +9,8 @@ import numpy as np
 
 from keras_vit.common import files as _files
 from keras_vit.layers.classifier_head import check_class_names
-from export.litert_quantization import CALIBRATED as _LITERT_CALIBRATED
 from export.litert_quantization import LITERT_QUANTIZATIONS, missing_package
+from export.modes import FLOAT32, TFLITE, TFLITE_REFUSED, names
 from export.images import representative_samples
 from export.input_range import UNIT, scale
 from export.reparameterize import balanced_graph
@@ -19,28 +19,24 @@ from export.signature import ServingGraph, prepare
 from export.sizes import parse_image_size
 from export.verify import Artifact, check_artifact, verification_images
 
-# TensorFlow's converter makes the first four (and `keras-vit-export` makes them by default); LiteRT Quantizer
-# quantises the float32 file of the same graph into the others (`export.litert_quantization`).
-TF_QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8")
-QUANTIZATIONS = TF_QUANTIZATIONS + LITERT_QUANTIZATIONS
-DEFAULT_QUANTIZATIONS = TF_QUANTIZATIONS
-# Modes calibrated on the representative data (the same images for both).
-CALIBRATED = ("int8",) + _LITERT_CALIBRATED
-IO_TYPES = ("float32", "int8", "uint8")
-# Modes this stack refuses, with the reason. TensorFlow 2.21's own 16x8 mode
-# (EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8) failed on the ViT graph ("Quantization to 16x8-bit
-# not yet supported for op: 'NEG'"); "int16x8" is now made by LiteRT Quantizer. "16x8" is TensorFlow's name for it.
-REFUSED = {"16x8": "the mode is called 'int16x8' here (int8 weights, int16 activations, made by LiteRT Quantizer)"}
+# The modes' records (`export.modes.TFLITE`): TensorFlow's converter makes its own (and `keras-vit-export` makes the
+# defaults); LiteRT Quantizer quantises the float32 file of the same graph into the others
+# (`export.litert_quantization`).
+TF_QUANTIZATIONS = names("tflite", converter="tensorflow")
+QUANTIZATIONS = tuple(TFLITE)
+DEFAULT_QUANTIZATIONS = names("tflite", default=True)
+# Modes calibrated on the representative data (the same images for all).
+CALIBRATED = tuple(m for m in QUANTIZATIONS if TFLITE[m].calibrated)
+IO_TYPES = tuple(dict.fromkeys(t for m in TFLITE.values() for t in m.io_types))
+# Names this stack refuses, with the reason (`export.modes.TFLITE_REFUSED`).
+REFUSED = dict(TFLITE_REFUSED)
 # Modes that make a .tflite file of dynamic height and width (`image_size="dynamic"`, a model of any resolution), and
 # why the others are refused. Measured on the tests' tiny ViT (TF 2.21, LiteRT 2.3): float32, float16 and dynamic_int8
 # files converted from a (batch, None, None, C) signature run after `resize_tensor_input` at 16 and 24 px and match
 # Keras within their bars; the int8 converter leaves 4 float CASTs and 4 QUANTIZE ops on the run-time resampling of
 # the position table (shape arithmetic in float), so the file is not integer-only (docs/traps.md).
-DYNAMIC_SIZE_QUANTIZATIONS = ("float32", "float16", "dynamic_int8")
-DYNAMIC_SIZE_REFUSED = {
-    "int8": "TensorFlow 2.21's int8 converter leaves float CAST and QUANTIZE ops on the run-time resampling of the "
-            "position embeddings (not integer-only)",
-}
+DYNAMIC_SIZE_QUANTIZATIONS = names("tflite", dynamic_size="")
+DYNAMIC_SIZE_REFUSED = {m.name: m.dynamic_size for m in TFLITE.values() if m.dynamic_size}
 
 
 def check_dynamic_size_quantization(quantization):
@@ -69,9 +65,10 @@ def check_quantization(quantization, io_type="float32"):
         raise ValueError(f"`quantization` must be one of {', '.join(QUANTIZATIONS)}. Received: quantization={quantization!r}")
     if io_type not in IO_TYPES:
         raise ValueError(f"`io_type` must be one of {', '.join(IO_TYPES)}. Received: io_type={io_type!r}")
-    if io_type != "float32" and quantization != "int8":
+    if io_type not in TFLITE[quantization].io_types:
+        takers = " or ".join(repr(m.name) for m in TFLITE.values() if io_type in m.io_types)
         raise ValueError(
-            f"io_type={io_type!r} needs quantization='int8' (full-integer); "
+            f"io_type={io_type!r} needs quantization={takers} (full-integer); "
             f"Received: quantization={quantization!r}"
         )
     missing = missing_package(quantization)
@@ -220,10 +217,9 @@ def export_tflite(
     check_quantization(quantization, io_type)
     if batch_size not in (None, 1):
         raise ValueError(f"`batch_size` must be None (dynamic) or 1. Received: batch_size={batch_size!r}")
-    if batch_size is None and quantization == "int8_mixed16":  # measured: LiteRT Quantizer leaves float SHAPE ops
-        raise ValueError("quantization='int8_mixed16' needs batch_size=1: with a dynamic batch LiteRT Quantizer leaves "
-                         "float shape ops in the graph, and the file would not be integer-only. Received: "
-                         "batch_size=None")
+    if batch_size is None and not TFLITE[quantization].dynamic_batch:  # measured, e.g. float SHAPE ops left
+        raise ValueError(f"quantization={quantization!r} needs batch_size=1: {TFLITE[quantization].batch_refused}. "
+                         "Received: batch_size=None")
     size = parse_image_size(image_size, model.model if isinstance(model, ServingGraph) else model)
     if size == "dynamic":
         check_dynamic_size_quantization(quantization)
@@ -319,38 +315,40 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
     """
     import tensorflow as tf
 
-    if quantization in LITERT_QUANTIZATIONS:  # LiteRT Quantizer quantises TensorFlow's float32 file of the same graph
+    mode = TFLITE[quantization]
+    if mode.converter == "litert_quantizer":  # LiteRT Quantizer quantises TensorFlow's float32 file of the same graph
         from export.litert_quantization import quantize
 
         source, owned = graph, False
-        if quantization == "int8_mixed16":  # RepQ-ViT's LayerNorm rewrite first, proven exact on the float model
+        if mode.balance_layer_norms:  # RepQ-ViT's LayerNorm rewrite first, proven exact on the float model
             source, owned = balanced_graph(graph, samples)
         try:
-            float_content = convert(source, "float32", name=name)
+            float_content = convert(source, FLOAT32, name=name)
         finally:
             if owned:
                 source.close()
         content = quantize(float_content, quantization, samples, name=name, progress=progress)
         check_builtin_ops(content, name)
-        if quantization == "int8_mixed16":  # its int8 attention matmuls, as "int8"'s below
+        if mode.integer_only:  # its int8 attention matmuls, as TensorFlow's integer-only files below
             content = _integer_only(content, name)
         return content
 
+    # TensorFlow's converter, set from the record: float16 weights; int8 weights with dynamic activations; or every
+    # tensor int8, calibrated (builtin int8 ops only)
     converter = tf.lite.TFLiteConverter.from_saved_model(graph.saved_model_dir())
-    if quantization == "float16":
+    if mode.weights != FLOAT32:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if mode.weights == "float16":
         converter.target_spec.supported_types = [tf.float16]
-    elif quantization == "dynamic_int8":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    elif quantization == "int8":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    static = mode.calibrated
+    if static:
         converter.representative_dataset = _calibration_generator(samples, progress)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        if io_type != "float32":
+        if io_type != FLOAT32:
             converter.inference_input_type = getattr(tf, io_type)
             converter.inference_output_type = getattr(tf, io_type)
     try:
-        if quantization == "int8" and io_type == "float32" and getattr(graph, "score_kind", None) == "probabilities":
+        if static and io_type == FLOAT32 and getattr(graph, "score_kind", None) == "probabilities":
             content = _int8_with_float_softmax(converter, samples)
         else:
             content = converter.convert()
@@ -360,7 +358,7 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
             f"converter output:\n{str(e)[:4000]}"
         ) from None
     check_builtin_ops(content, name)
-    if quantization == "int8":
+    if mode.integer_only:
         content = _integer_only(content, name)
     return content
 

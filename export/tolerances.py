@@ -7,73 +7,22 @@ runs the files and uses both.
 
 import numpy as np
 
+from export.modes import FORMATS
 from export.scores import CLASSLESS, decision_scores
 
-# Tolerances per quantization mode, enforced by `verify`. Reasons:
-# - float32: the same float32 maths, reordered by each runtime. The bar is relative to the logits'
-#   scale: max |diff| / max |Keras output| <= 2e-5. An absolute bar fails correct exports of models
-#   whose logits reach the hundreds (ViT-Ti/16 at 224 px, or a small ViT trained a while) and is too
-#   loose for tiny logits. Measured (`python -m benchmarks.export_tolerance`, table in
-#   benchmarks/findings/export-tolerance.md) on ViT-Ti/16, S/16 and B/16 at 224 px with logits up to 330:
-#   SavedModel 0, TFLite and ONNX at most 1.5e-6. 2e-5 leaves a 13x margin and still fails a file whose head weights
-#   are 1% off (tests/export/test_precision_and_checks.py).
-# - float16: weights rounded to 10-bit mantissas; docs/traps.md reports logit drift of 0.03-0.16 on
-#   attention models, so only the decision is bounded: top-1 agreement >= 99%.
-# - dynamic_int8: int8 weights, activations quantised per batch at run time: top-1 agreement >= 98%.
-# - int8: full-integer; LayerNorm, Softmax and GELU are sensitive (docs/traps.md): top-1 agreement
-#   >= 97% and, with labels, an accuracy drop under 2 points.
-# - int16x8, weight_only_int8, weight_only_int4 (LiteRT Quantizer, export/litert_quantization.py). Measured
-#   on 360 held-out digits, decisive top-1 agreement / accuracy drop (points) per model, tiny = the tests'
-#   16 px ViT (hidden 32, 1 layer, ~92% accurate), small = hidden 64 (93%), demo = `make demo`'s 803k-param
-#   ViT (98.6%): int16x8 99.7-100/0 tiny over two seeds (100 on the tests' 96 images), 98.6-99.7/0.3 small,
-#   100/0 demo, calibrated by `calibrate_min_max` (TensorFlow's int8 on the same models: 98.6-99.4,
-#   97.5-98.1, 99.4; int16x8 with LiteRT Quantizer's own moving-average calibration, which clipped: 99.4
-#   (96.9 on the 96 images), 98.1-98.3, 99.7); weight_only_int8 100/0,
-#   99.7-100/0.3, 100/0; weight_only_int4 (per channel) 90.6-90.8/3.3, 96.4-96.7/2.2, 99.7/0.3. Bars:
-#   int16x8 97% and 2 points (int8's: its lowest figure 98.6% leaves a margin); weight_only_int8 99%; weight_only_int4 95% and 3 points: int4 per channel
-#   costs the narrowest models most (the tiny one misses the bar and is reported failed). dynamic_int4
-#   (the same int4 weights, int8 activations at run time): tiny 95.8% raw agreement and logit cosine
-#   0.968 on the tests' 96 images (weight_only_int4: the same), demo 99.4/0.3: the same bars as
-#   weight_only_int4.
+# The bars of each mode (`export.modes`' records, with the measurements behind them), enforced by `verify`.
+# A mode of both formats (float32, dynamic_int8, int8) has one set of bars.
 # Agreement counts only decisive flips: a different top-1 class where Keras preferred its own class by
 # more than NEAR_TIE (1%) of that example's largest |output|. A near-tie (seen: the two top logits
 # 0.002 apart, the float16 error 0.0087) is a coin toss for any rounding and says nothing about the
 # file; the raw `top1_agreement` is reported beside it. With labelled data, `accuracy_drop` still
 # counts every flip. Any NaN or Inf output fails every format.
-TOLERANCES = {
-    "float32": {"relative_max_abs_diff": 2e-5},
-    "float32_fused": {"relative_max_abs_diff": 2e-5},  # float32 too, in onnxruntime's fused kernels (issue 30)
-    "float16": {"decisive_top1_agreement": 0.99},
-    "dynamic_int8": {"decisive_top1_agreement": 0.98},
-    "int8": {"decisive_top1_agreement": 0.97, "accuracy_drop": 0.02},
-    "int16x8": {"decisive_top1_agreement": 0.97, "accuracy_drop": 0.02},
-    "int8_mixed16": {"decisive_top1_agreement": 0.97, "accuracy_drop": 0.02},  # int8's bars (issue 27)
-    "weight_only_int8": {"decisive_top1_agreement": 0.99},
-    "weight_only_int4": {"decisive_top1_agreement": 0.95, "accuracy_drop": 0.03},
-    "dynamic_int4": {"decisive_top1_agreement": 0.95, "accuracy_drop": 0.03},
-}
+TOLERANCES = {mode.name: dict(mode.tolerances) for table in FORMATS.values() for mode in table.values()}
 # A model that outputs a token sequence (batch, tokens, hidden_size) (`include_top=False, pooling=None`: the
 # features dense heads are built on) has no decision to agree on: its files are verified token by token, by the
 # relative difference (float32, as above) and by `cosine`, the mean over every image's tokens of the cosine of the
-# file's token vector and Keras' (`compare`). Measured (`python -m benchmarks.token_tolerance`, table in
-# benchmarks/findings/token-tolerance.md) on three digits ViTs trained at 16 px (hidden 32 / 1 layer, 64 / 2,
-# make demo's 128 / 4),
-# cut at encoder_norm, on the 360 held-out digits; the least mean token cosine of the three: float16 1.000000,
-# dynamic_int8 0.99971 (ONNX 0.99966), int8 0.99414 (ONNX 0.99898), int16x8 0.99970, int8_mixed16 0.99875,
-# weight_only_int8 0.99976, weight_only_int4 and dynamic_int4 0.9455 (the hidden-32 model, which misses the
-# classification bar too; 0.9837 and 0.9895 on the other two). The bars sit under each least figure.
-TOKEN_TOLERANCES = {
-    "float32": {"relative_max_abs_diff": 2e-5},
-    "float32_fused": {"relative_max_abs_diff": 2e-5},  # float32 too, in onnxruntime's fused kernels (issue 30)
-    "float16": {"cosine": 0.9999},
-    "dynamic_int8": {"cosine": 0.999},
-    "int8": {"cosine": 0.99},
-    "int16x8": {"cosine": 0.999},
-    "int8_mixed16": {"cosine": 0.995},
-    "weight_only_int8": {"cosine": 0.999},
-    "weight_only_int4": {"cosine": 0.98},
-    "dynamic_int4": {"cosine": 0.98},
-}
+# file's token vector and Keras' (`compare`).
+TOKEN_TOLERANCES = {mode.name: dict(mode.token_tolerances) for table in FORMATS.values() for mode in table.values()}
 # A backbone's feature vector (batch, hidden_size) (`include_top=False` with a `pooling`: one token, or the mean of
 # them) is held to the same bars, per image: it has no classes either.
 MEDIAPIPE_TOKENS = ("skipped: MediaPipe's ImageClassifier reads classes, and the file outputs a token sequence "

@@ -14,6 +14,7 @@ import os
 import shutil
 
 from keras_vit.common import files as _files
+from export.modes import FLOAT32
 from export.scores import CLASSLESS
 from export.web_check import PACKAGES, WEB_DIR, WebCheckUnavailable, node_modules, package_version
 
@@ -43,7 +44,7 @@ def choose_artifact(report):
               and report.get("tflite_image_size") != "dynamic"]
     if not passed:
         raise ValueError("--web needs a fixed-size .tflite file that passed verification (--formats with tflite)")
-    return next((r for r in passed if r["quantization"] == "float32"), passed[0])
+    return next((r for r in passed if r["quantization"] == FLOAT32), passed[0])
 
 
 def check_page_target(folder, output_dir, overwrite=False):

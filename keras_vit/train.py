@@ -326,6 +326,11 @@ def start_run(args):
 
 
 def count_steps(train):
+    """Batches per epoch of a tf.data pipeline of known size.
+
+    Raises:
+        ValueError: the pipeline is empty or of unknown size.
+    """
     steps = int(train.cardinality())
     if steps < 1:
         raise ValueError("the training data set is empty or of unknown size")

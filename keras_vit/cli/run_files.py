@@ -15,6 +15,7 @@ def atomic_write(path, write):
 
 
 def write_json(path, obj):
+    """Writes `obj` as indented JSON to `path`, through a temporary file moved into place."""
     def write(tmp):
         with open(tmp, "w") as f:
             json.dump(obj, f, indent=2)

@@ -33,6 +33,11 @@ def _describe(model):
 
 
 def as_images(model, images):
+    """`images` as a float32 batch `(n, *model.input_shape[1:])` (one image gains a batch axis).
+
+    Raises:
+        ValueError: the images do not have the model's input shape, or there are none.
+    """
     x = np.asarray(images, dtype="float32")
     expected = tuple(model.input_shape[1:])
     if x.ndim == 3:
@@ -271,6 +276,7 @@ def figure_to_png(fig, path, overwrite=True):
 
 
 def pyplot():
+    """matplotlib.pyplot on the Agg backend unless one was chosen already (figures are written, never shown)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
