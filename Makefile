@@ -1,7 +1,7 @@
 # Two commands do all set-up on a fresh machine (see README.md):
 #   make demo   create .venv, install keras_vit + export, train on digits, export and verify -> runs/demo/
 #   make test   the same install, then every test (slow ones too)
-#   make bench  the same install, then the benchmarks (tens of minutes; tables in benchmarks/README.md)
+#   make bench  the same install, then the benchmarks (tens of minutes; tables in benchmarks/results/)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -74,7 +74,7 @@ test-quick: install
 	$(PY) -m tests.run_suite --passes tensorflow -- -m "not slow"
 
 bench: install
-	$(PY) -m benchmarks.run --update-readme
+	$(PY) -m benchmarks.run --update-results
 
 clean:
 	rm -rf runs .pytest_cache

@@ -4,6 +4,10 @@
     .venv/bin/python -m benchmarks.edge --models Ti16 --modes int8,dynamic_int8
     .venv/bin/python -m benchmarks.edge --quick              # a tiny model at 32 px: a smoke run of a minute
 
+`--update-results` (a full run) writes the table to benchmarks/results/edge.md, the current results that
+benchmarks/README.md links to; `--output benchmarks/results/edge.json` puts the raw figures beside it (`make bench`
+passes both).
+
 Issue 11, item 6. The modes come from the export package: `export.tflite.QUANTIZATIONS` for TFLite and
 `export.onnx.QUANTIZATIONS` or `export.onnx_quantization.ONNX_QUANTIZATIONS` (when `export_onnx` takes
 `quantization=`; else float32 only) for ONNX. A
@@ -50,7 +54,7 @@ import numpy as np
 
 # the table's models, their training and inputs (benchmarks/edge_models.py)
 from export.fast_path import fast_path
-from benchmarks.edge_bars import bars, judge_bars  # noqa: F401 (benchmarks.edge's names too)
+from benchmarks.edge_bars import bars, judge_bars
 from benchmarks.edge_merge import check_merge, merge
 from benchmarks.machine import machine
 from benchmarks.timing import interleaved_ms
@@ -64,8 +68,8 @@ ISSUE_MODES = {
 }
 WEIGHTS = ("trained", "random")
 CALIBRATION_SAMPLES = 200  # export.images.DEFAULT_CALIBRATION_STEPS: what `--calibration-data digits` takes
-README_BEGIN, README_END = "<!-- edge:begin -->", "<!-- edge:end -->"
 HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS_TABLE = os.path.join(HERE, "results", "edge.md")  # the current table (--update-results), beside edge.json
 
 
 def available_modes():
@@ -388,16 +392,19 @@ def run(names, wanted=None, samples=256, rounds=10, runs=10, agreement_budget_s=
     return result
 
 
-def update_readme(table, readme=os.path.join(HERE, "README.md")):
-    """Puts `table` between the edge markers of benchmarks/README.md (written to a temporary file, then moved)."""
-    from keras_vit.common.files import staged
+def results_text(result, table):
+    """The current results file's text: a header naming the run's date(s) and CPU, then `table`."""
+    dates = sorted({when.split(" ")[0] for when in result.get("measured", {}).values()})
+    where = result["machine"].split(", TensorFlow")[0]  # architecture, CPU and its matrix units, cores
+    return f"# Edge table of {', '.join(dates) or 'an unknown date'}, {where}\n\n{table}\n"
 
-    text = open(readme).read()
-    if README_BEGIN not in text or README_END not in text:
-        raise ValueError(f"{readme} lacks the {README_BEGIN} / {README_END} markers")
-    head, rest = text.split(README_BEGIN, 1)
-    with staged(readme, overwrite=True) as tmp, open(tmp, "w") as f:
-        f.write(f"{head}{README_BEGIN}\n{table}\n{README_END}{rest.split(README_END, 1)[1]}")
+
+def write_results(result, table, path=None):
+    """Writes `results_text` to `path` (default: benchmarks/results/edge.md, which benchmarks/README.md links to)
+    through a temporary file in the same folder, then a rename."""
+    from keras_vit.common.files import write_text
+
+    return write_text(path or RESULTS_TABLE, results_text(result, table))
 
 
 def main(argv=None):
@@ -425,8 +432,9 @@ def main(argv=None):
     parser.add_argument("--merge", default=None,
                         help="an earlier --output JSON (same machine and settings): the models this run does not "
                              "measure keep their rows from it, in one table (each model is timed in rounds of its own)")
-    parser.add_argument("--update-readme", action="store_true",
-                        help="put the table into benchmarks/README.md (full runs only)")
+    parser.add_argument("--update-results", action="store_true",
+                        help="save the table as the current results in benchmarks/results/, which "
+                             "benchmarks/README.md links to (full runs only)")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -452,8 +460,8 @@ def main(argv=None):
     except ValueError as e:
         fail(str(e))
     full = not args.quick and args.modes is None and args.samples in (None, 256) and args.weights == "trained"
-    if args.update_readme and not full:
-        fail("--update-readme needs a full run of trained models (no --quick, --modes, --samples or --weights random;"
+    if args.update_results and not full:
+        fail("--update-results needs a full run of trained models (no --quick, --modes, --samples or --weights random;"
              " --models Ti16 is allowed when S16 does not fit in the time)")
     if args.peer_python and not os.path.isfile(args.peer_python):
         fail(f"--peer-python must be a Python executable. Received: {args.peer_python}")
@@ -484,8 +492,8 @@ def main(argv=None):
 
         with staged(args.output, overwrite=True) as tmp, open(tmp, "w") as f:
             json.dump(result, f, indent=1)
-    if args.update_readme:
-        update_readme(table)
+    if args.update_results:
+        print(f"written: {write_results(result, table)}", flush=True)
     return 0
 
 

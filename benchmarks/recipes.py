@@ -1,6 +1,6 @@
 """The paper's small-data question, on digits: how much of a CNN's lead does a training recipe win back?
 
-`python -m benchmarks.recipes [--epochs 30] [--seeds 0 1 2] [--update-readme]` trains, from
+`python -m benchmarks.recipes [--epochs 30] [--seeds 0 1 2] [--update-results]` trains, from
 scratch on scikit-learn's digits (1,437 training scans, the fixed 360 held out), each model of
 `MODELS` with the recipes of `DEFAULT_RECIPES` (the hybrid and the CNN with `SHORT_LIST`'s), to
 keep the whole run near an hour on 2 CPU cores; `--all-recipes` trains every recipe of
@@ -19,8 +19,9 @@ Every recipe keeps the pipeline's "affine" augmentation; dropout and stochastic 
 ViTs only (MobileNetV3Small has neither in its blocks). Each run's result is cached in
 `runs/recipes/MODEL-RECIPE-sSEED.json` (a rerun skips it; `--fresh` trains again), so an
 interrupted run continues. The table gives the held-out accuracy's mean and standard deviation
-over the seeds, and seconds per epoch. `--update-readme` puts it in
-benchmarks/README.md between the `recipes` markers.
+over the seeds, and seconds per epoch. `--update-results` (a full run: every model, the default recipes or more,
+seeds 0 1 2, 30 epochs) writes it to benchmarks/results/recipes.md, the current results that benchmarks/README.md
+links to, under a line naming the runs' dates and CPU.
 """
 
 import argparse
@@ -37,6 +38,9 @@ MODELS = ("vit-demo", "vit-ti-width", "hybrid", "cnn")
 DEFAULT_RECIPES = ("paper", "augreg-light", "mixup-smoothing")
 SHORT_LIST = ("paper", "mixup-smoothing")
 CACHE = os.path.join("runs", "recipes")
+RESULTS_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "recipes.md")  # --update-results
+DEFAULT_SEEDS = (0, 1, 2)
+DEFAULT_EPOCHS = 30
 BATCH_SIZE = 64
 LEARNING_RATE = 2e-3
 
@@ -73,6 +77,7 @@ def build(name, settings, classes=10):
 
 def train_one(model_name, recipe_name, seed, epochs):
     """Trains one model with one recipe and seed; returns its result dict (accuracy, seconds, parameters)."""
+    from benchmarks.machine import cpu
     from keras_vit import data, recipes, training
 
     settings = recipes.recipe(recipe_name)
@@ -93,7 +98,8 @@ def train_one(model_name, recipe_name, seed, epochs):
     return {"model": model_name, "recipe": recipe_name, "seed": seed, "epochs": epochs,
             "accuracy": float(results["accuracy"]), "train_seconds": seconds,
             "epoch_seconds": clock.median(), "parameters": int(model.count_params()),
-            "jit_compile": bool(model.jit_compile)}
+            "jit_compile": bool(model.jit_compile), "measured": time.strftime("%Y-%m-%d", time.gmtime()),
+            "cpu": cpu()}
 
 
 class _EpochClock(keras.callbacks.Callback):
@@ -189,33 +195,38 @@ def table(results):
     return "\n".join(lines)
 
 
-def update_readme(text, path=os.path.join(os.path.dirname(__file__), "README.md")):
-    """Puts `text` between `<!-- recipes:begin -->` and `<!-- recipes:end -->` in `path` (appended if absent)."""
-    with open(path) as f:
-        readme = f.read()
-    begin, end = "<!-- recipes:begin -->", "<!-- recipes:end -->"
-    block = f"{begin}\n{text}\n{end}"
-    if begin in readme and end in readme:
-        readme = readme[:readme.index(begin)] + block + readme[readme.index(end) + len(end):]
-    else:
-        readme = readme.rstrip() + "\n\n" + block + "\n"
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(readme)
-    os.replace(tmp, path)
+def results_text(results, text):
+    """The current results file's text: a header naming the runs' dates and CPU (as `train_one` records them;
+    "not recorded" for runs cached before it did), then the table `text`."""
+    def named(key, missing):
+        found = sorted({r[key] for r in results if r.get(key)})
+        return ", ".join(found + [missing] * any(not r.get(key) for r in results))
+
+    return (f"# Training recipes on digits, {named('measured', 'date not recorded')}, "
+            f"{named('cpu', 'CPU not recorded')}\n\n{text}\n")
+
+
+def write_results(results, text, path=None):
+    """Writes `results_text` to `path` (default: benchmarks/results/recipes.md, which benchmarks/README.md links to)
+    through a temporary file in the same folder, then a rename."""
+    from keras_vit.common.files import write_text
+
+    return write_text(path or RESULTS_TABLE, results_text(results, text))
 
 
 def main(argv=None):
     from keras_vit.recipes import RECIPES
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.recipes", description=__doc__.split("\n")[0])
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--recipes", nargs="+", choices=list(RECIPES), default=list(DEFAULT_RECIPES))
     parser.add_argument("--all-recipes", action="store_true", help="every recipe on every model (hours)")
     parser.add_argument("--fresh", action="store_true", help="train again even where a cached result exists")
-    parser.add_argument("--update-readme", action="store_true")
+    parser.add_argument("--update-results", action="store_true",
+                        help="save the table as the current results in benchmarks/results/, which "
+                             "benchmarks/README.md links to (full runs only)")
     parser.add_argument("--cached", action="store_true", help="report the cached runs only, training none")
     parser.add_argument("--one", nargs=3, metavar=("MODEL", "RECIPE", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -228,14 +239,23 @@ def main(argv=None):
         os.replace(path + ".tmp", path)
         return 0
     recipe_names = list(RECIPES) if args.all_recipes else args.recipes
+    full = set(args.models) == set(MODELS) and set(DEFAULT_RECIPES) <= set(recipe_names) and \
+        sorted(args.seeds) == list(DEFAULT_SEEDS) and args.epochs == DEFAULT_EPOCHS
+    if args.update_results and not full:
+        parser.error("--update-results needs a full run (every model, at least the default recipes, --seeds 0 1 2, "
+                     f"--epochs {DEFAULT_EPOCHS}): the current results and the README's text describe one")
     if args.cached:
         results = cached(args.models, recipe_names, args.seeds, args.epochs, every=args.all_recipes)
+        expected = len(args.seeds) * sum(len(recipes_for(m, recipe_names, args.all_recipes)) for m in args.models)
+        if args.update_results and len(results) < expected:
+            parser.error(f"--update-results: {expected - len(results)} of the {expected} runs are not in {CACHE} "
+                         "(run without --cached to train them)")
     else:
         results = run_all(args.models, recipe_names, args.seeds, args.epochs, args.fresh, every=args.all_recipes)
     text = table(results)
     print(text)
-    if args.update_readme:
-        update_readme(text)
+    if args.update_results:
+        print(f"written: {write_results(results, text)}", flush=True)
     return 0
 
 

@@ -5,11 +5,10 @@
     .venv/bin/python -m benchmarks.run --quick   # a tiny model, two jobs at a time: checks that it all runs
     .venv/bin/python -m benchmarks.run --sections edge   # the edge table only (benchmarks/edge.py)
 
-Partial and --quick runs write to runs/bench/ (not the committed benchmarks/results/); a run in which
-a figure failed writes incomplete.json/.md and exits 1.
-
-Prints Markdown tables, writes `benchmarks/results/latest.json` and `latest.md`, and with
-`--update-readme` puts the tables into `benchmarks/README.md`. Times are medians over timed steps
+Prints Markdown tables and writes them as `latest.json` and `latest.md`: to runs/bench/ (or `--output-dir`),
+or, with `--update-results` (a full run only), to benchmarks/results/ as the current results, which
+benchmarks/README.md links to (the edge table's child then writes benchmarks/results/edge.md). A run in
+which a figure failed writes incomplete.json/.md instead and exits 1. Times are medians over timed steps
 after warm-up steps (XLA compilation excluded). Nothing here asserts a time.
 
 Figures per row: images/s; achieved GFLOP/s from the analytic FLOP count of the model (forward
@@ -36,13 +35,15 @@ import numpy as np
 
 from benchmarks.machine import cpu
 from benchmarks.peers import BACKENDS, backend_env, infer_backend, infer_torch, keras_hub_model, train_torch
-from benchmarks.throughput_tables import (  # noqa: F401 (run's names too)
+from benchmarks.throughput_tables import (
     TORCH_PEERS, one_line, best_settings, files_against_torch, headline, markdown)
 from benchmarks.timing import median_seconds, wall_times
 
 SIZES = {"Ti16": (192, 12, 3, 768, 16), "S16": (384, 12, 6, 1536, 16), "B16": (768, 12, 12, 3072, 16)}
 QUICK = {"tiny": (64, 2, 4, 128, 8)}
 HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")  # the current results, linked from benchmarks/README.md (--update-results)
+SCRATCH = os.path.join(os.path.dirname(HERE), "runs", "bench")  # every other run's output (ignored by git)
 ARTIFACT_MODELS = ("Ti16", "S16", "B16")
 
 
@@ -272,11 +273,11 @@ def run_isolated(job, settings):
     return rows
 
 
-def run_edge(models, quick, update_readme, output_dir):
+def run_edge(models, quick, update_results, output_dir):
     """The edge table (benchmarks/edge.py: every TFLite and ONNX mode, batch 1, 1 and 2 threads) in a child process.
 
-    Its own markers in benchmarks/README.md (`<!-- edge:begin -->`) take the table with `update_readme`.
-    Returns False when the child failed.
+    Its JSON goes to `output_dir`/edge.json; with `update_results` the child also writes the table as the current
+    results (benchmarks/results/edge.md). Returns False when the child failed.
     """
     import subprocess
 
@@ -291,8 +292,8 @@ def run_edge(models, quick, update_readme, output_dir):
         cmd.append("--quick")
     elif set(names) != set(MODELS):
         cmd += ["--models", ",".join(names)]
-    if update_readme:
-        cmd.append("--update-readme")
+    if update_results:
+        cmd.append("--update-results")
     proc = subprocess.run(cmd, cwd=os.path.dirname(HERE))
     if proc.returncode != 0:
         print(f"edge table failed (exit status {proc.returncode}); its figures are missing", flush=True)
@@ -403,9 +404,10 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="a tiny model at 32 px, 1 timed step: a smoke run of a few minutes")
     parser.add_argument("--output-dir", default=None,
-                        help="default: benchmarks/results for a full run, runs/bench for a partial or --quick one")
-    parser.add_argument("--update-readme", action="store_true",
-                        help="put the tables into benchmarks/README.md (full runs only)")
+                        help="where latest.json and latest.md go (default: runs/bench; not with --update-results)")
+    parser.add_argument("--update-results", action="store_true",
+                        help="save the table as the current results in benchmarks/results/, which "
+                             "benchmarks/README.md links to (full runs only)")
     parser.add_argument("--job", help=argparse.SUPPRESS)  # internal: run one job (see run_isolated)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -438,19 +440,19 @@ def main(argv=None):
     if unknown:
         parser.error(f"--sections: unknown {', '.join(unknown)} (choose from train, infer, artifacts, edge)")
     # The results tables need every model, the default settings and the train, infer and artifacts sections; the
-    # edge table has markers of its own, so `--sections train,infer,artifacts` is a full run of the results tables.
+    # edge table has a results file of its own (results/edge.md), so `--sections train,infer,artifacts` is a full
+    # run of the results tables.
     full = not args.quick and all(value is None for value in tuning.values()) and \
         {"train", "infer", "artifacts"} <= set(sections)
-    readme = os.path.join(HERE, "README.md")
-    if args.update_readme:
+    if args.update_results:
         if not full:
-            parser.error("--update-readme needs a full run (no --quick, --models or other settings; --sections "
-                         "with at least train, infer and artifacts): the README's tables and text describe one")
-        text = open(readme).read()
-        if "<!-- results:begin -->" not in text or "<!-- results:end -->" not in text:
-            parser.error(f"--update-readme: {readme} lacks the <!-- results:begin --> / <!-- results:end --> markers")
-    output_dir = args.output_dir or (os.path.join(HERE, "results") if full else
-                                     os.path.join(os.path.dirname(HERE), "runs", "bench"))
+            parser.error("--update-results needs a full run (no --quick, --models or other settings; --sections "
+                         "with at least train, infer and artifacts): the current results and the README's text "
+                         "describe one")
+        if args.output_dir is not None:
+            parser.error(f"--update-results writes the current results to {RESULTS}; drop --output-dir")
+    # Without --update-results even a full run leaves the current results as they are.
+    output_dir = RESULTS if args.update_results else (args.output_dir or SCRATCH)
     peak_size = 1024 if args.quick else 4096  # --quick: a smoke run, its peaks only roughly this machine's
     measured = {dtype: matmul_peak(dtype, n=peak_size) for dtype in ("float32", "bfloat16")}
     peaks = {dtype: value for dtype, (value, _) in measured.items()}
@@ -469,7 +471,7 @@ def main(argv=None):
             rows += got
             failed += not got
     if "edge" in sections:
-        failed += not run_edge(models, args.quick, args.update_readme, output_dir)
+        failed += not run_edge(models, args.quick, args.update_results, output_dir)
     import keras
     import tensorflow as tf
     import torch
@@ -497,15 +499,9 @@ def main(argv=None):
             f.write(text)
     print(f"\nwritten: {os.path.join(output_dir, stem)}.json and .md", flush=True)
     if failed:
-        print(f"{failed} job(s) failed (above); benchmarks/README.md left as it was", file=sys.stderr)
+        print(f"{failed} job(s) failed (above); {os.path.join(output_dir, 'latest')}.json and .md left as they were",
+              file=sys.stderr)
         return None
-    if args.update_readme:
-        text = open(readme).read()
-        begin, end = "<!-- results:begin -->", "<!-- results:end -->"
-        head, rest = text.split(begin, 1)
-        tail = rest.split(end, 1)[1]
-        with staged(readme, overwrite=True) as tmp, open(tmp, "w") as f:
-            f.write(f"{head}{begin}\n{table}\n{end}{tail}")
     return result
 
 

@@ -1,5 +1,8 @@
 """The benchmark harness runs and reports every figure (no time is asserted: speed lives in benchmarks/)."""
 
+import json
+import os
+
 import numpy as np
 import pytest
 
@@ -93,8 +96,10 @@ def test_every_figure_gets_its_own_process_and_a_failed_one_is_reported_not_fata
     (["--warmup", "0"], "--warmup must be >= 1. Received: 0"),
     (["--image-size", "40"], "--image-size must be a multiple of 16"),
     (["--quick", "--models", "Ti16"], "--quick sets its own model, size and steps; drop --models"),
-    (["--models", "Ti16", "--update-readme"], "--update-readme needs a full run"),
-    (["--sections", "train,infer,edge", "--update-readme"], "--update-readme needs a full run"),
+    (["--models", "Ti16", "--update-results"], "--update-results needs a full run"),
+    (["--sections", "train,infer,edge", "--update-results"], "--update-results needs a full run"),
+    (["--update-results", "--output-dir", "elsewhere"], "--update-results writes the current results to"),
+    (["--update-readme"], "unrecognized arguments: --update-readme"),  # renamed: no script writes the README
     (["--sections", "nope"], "--sections: unknown nope"),
 ])
 def test_bad_arguments_exit_2_before_measuring_anything(argv, message, capsys):
@@ -116,7 +121,82 @@ def test_the_results_tables_take_a_full_run_without_the_edge_section(monkeypatch
 
     monkeypatch.setattr(run, "matmul_peak", peak)
     with pytest.raises(Measuring):
-        run.main(["--sections", "train,infer,artifacts", "--update-readme"])
+        run.main(["--sections", "train,infer,artifacts", "--update-results"])
+
+
+def _readme():
+    from benchmarks import run
+
+    with open(os.path.join(run.HERE, "README.md"), "rb") as f:
+        return f.read()
+
+
+def test_only_update_results_replaces_the_current_results_and_no_run_writes_the_readme(monkeypatch, tmp_path):
+    from benchmarks import run
+    from benchmarks.throughput_tables import markdown
+
+    readme = _readme()
+    results, scratch = tmp_path / "results", tmp_path / "scratch"
+    monkeypatch.setattr(run, "RESULTS", str(results))  # the real benchmarks/results/ is never touched
+    monkeypatch.setattr(run, "SCRATCH", str(scratch))
+    monkeypatch.setattr(run, "matmul_peak", lambda dtype, n=4096, repeats=5: (100.0, "test"))
+    peaks = {"float32": 100.0, "bfloat16": 100.0}
+    monkeypatch.setattr(run, "run_isolated", lambda job, settings: [
+        run._row(job["kind"], "keras_vit", job["model"], "float32", "on", 1, 10.0, 1e9, peaks)])
+    full = ["--sections", "train,infer,artifacts"]
+    # a full run without the flag: runs/bench, the current results left as they are
+    assert run.main(full) is not None
+    assert sorted(os.listdir(scratch)) == ["latest.json", "latest.md"] and not results.exists()
+    assert run.main([*full, "--output-dir", str(tmp_path / "other")]) is not None
+    assert sorted(os.listdir(tmp_path / "other")) == ["latest.json", "latest.md"] and not results.exists()
+    result = run.main([*full, "--update-results"])
+    assert sorted(os.listdir(results)) == ["latest.json", "latest.md"]  # no temporary file left
+    assert json.loads((results / "latest.json").read_text())["rows"] == result["rows"] != []
+    assert (results / "latest.md").read_text() == markdown(result) + "\n"
+    assert _readme() == readme
+
+
+def test_recipes_update_results_needs_a_full_run(monkeypatch, tmp_path, capsys):
+    from benchmarks import recipes
+
+    monkeypatch.setattr(recipes, "CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(recipes, "RESULTS_TABLE", str(tmp_path / "recipes.md"))
+    monkeypatch.setattr(recipes, "run_all", lambda *a, **k: pytest.fail("trained before the arguments were checked"))
+    for argv in (["--models", "cnn"], ["--seeds", "0"], ["--epochs", "5"], ["--recipes", "paper"]):
+        with pytest.raises(SystemExit) as exit_info:
+            recipes.main([*argv, "--update-results"])
+        assert exit_info.value.code == 2 and "--update-results needs a full run" in capsys.readouterr().err, argv
+    with pytest.raises(SystemExit) as exit_info:  # --cached: every run of the table must be in the cache
+        recipes.main(["--cached", "--update-results"])
+    assert exit_info.value.code == 2 and "30 of the 30 runs are not in" in capsys.readouterr().err
+    assert not (tmp_path / "recipes.md").exists()
+
+
+def test_recipes_update_results_writes_the_current_results_file_not_the_readme(monkeypatch, tmp_path):
+    from benchmarks import recipes
+
+    readme = _readme()
+    cache, path = tmp_path / "cache", tmp_path / "results" / "recipes.md"
+    cache.mkdir()
+    monkeypatch.setattr(recipes, "CACHE", str(cache))
+    monkeypatch.setattr(recipes, "RESULTS_TABLE", str(path))  # the real benchmarks/results/ is never touched
+    for seed in (0, 1, 2):
+        for model in recipes.MODELS:
+            for recipe in recipes.recipes_for(model, recipes.DEFAULT_RECIPES):
+                run = {"model": model, "recipe": recipe, "seed": seed, "epochs": 30, "accuracy": 0.9 + 0.01 * seed,
+                       "epoch_seconds": 1.0, "parameters": 1000, "train_seconds": 30.0}
+                if seed:  # runs that recorded when and where they ran; seed 0's were cached before that
+                    run.update(measured=f"2026-12-0{seed}", cpu="Test CPU (no VNNI, no AMX)")
+                (cache / f"{model}-{recipe}-s{seed}.json").write_text(json.dumps(run))
+    assert recipes.main(["--cached", "--update-results"]) == 0
+    results = recipes.cached(recipes.MODELS, recipes.DEFAULT_RECIPES, [0, 1, 2], 30)
+    text = path.read_text()
+    assert text == recipes.results_text(results, recipes.table(results))
+    assert text.splitlines()[0] == ("# Training recipes on digits, 2026-12-01, 2026-12-02, date not recorded, "
+                                    "Test CPU (no VNNI, no AMX), CPU not recorded")
+    assert recipes.table(results) in text
+    assert "| cnn | 1,000 | 91.00 +- 0.82 | - | 91.00 +- 0.82 | 1.00 / 1.00 |" in text
+    assert os.listdir(path.parent) == ["recipes.md"] and _readme() == readme  # no temporary file left
 
 
 def test_profile_depth_has_help():

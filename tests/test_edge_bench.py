@@ -2,6 +2,7 @@
 numbers, modes from the export package, a mode that cannot be made skipped with a note, the issue's bars."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -219,14 +220,40 @@ def test_bars_met_and_not_met_with_the_figure():
     assert got["ViT-S/16"]["met"] is False
 
 
-def test_cli_errors_exit_2():
+def test_cli_errors_exit_2(capsys):
     from benchmarks.edge import main
 
-    for argv in (["--rounds", "0"], ["--models", "B16"], ["--quick", "--update-readme"], ["--modes", "int3"],
-                 ["--weights", "random", "--update-readme"], ["--weights", "imagenet"]):
+    for argv in (["--rounds", "0"], ["--models", "B16"], ["--quick", "--update-results"], ["--modes", "int3"],
+                 ["--weights", "random", "--update-results"], ["--weights", "imagenet"], ["--update-readme"]):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2, argv
+        err = capsys.readouterr().err
+        if "--update-results" in argv:  # refused as a partial run, not as an unknown flag
+            assert "--update-results needs a full run of trained models" in err, argv
+        if "--update-readme" in argv:  # renamed: no script writes benchmarks/README.md
+            assert "unrecognized arguments: --update-readme" in err
+
+
+def test_update_results_writes_the_table_to_the_results_file_not_the_readme(monkeypatch, tmp_path, capsys):
+    from benchmarks import edge
+
+    with open(os.path.join(edge.HERE, "README.md"), "rb") as f:
+        readme = f.read()
+    with open(os.path.join(edge.HERE, "results", "edge.json")) as f:
+        result = json.load(f)  # the current table's figures stand in for a run
+    path = tmp_path / "results" / "edge.md"
+    monkeypatch.setattr(edge, "RESULTS_TABLE", str(path))  # the real benchmarks/results/ is never touched
+    monkeypatch.setattr(edge, "run", lambda *args, **kwargs: result)
+    assert edge.main([]) == 0 and not path.exists()  # without the flag: printed only
+    assert edge.main(["--update-results", "--output", str(tmp_path / "edge.json")]) == 0
+    text = path.read_text()
+    assert text == edge.results_text(result, edge.markdown(result)) and edge.markdown(result) in text
+    assert text.splitlines()[0] == "# Edge table of 2026-12-02, x86_64, AMD EPYC (AVX-512 VNNI, no AMX), 2 CPU cores"
+    assert json.loads((tmp_path / "edge.json").read_text()) == result  # --output still writes the JSON
+    assert sorted(os.listdir(path.parent)) == ["edge.md"] and f"written: {path}" in capsys.readouterr().out
+    with open(os.path.join(edge.HERE, "README.md"), "rb") as f:
+        assert f.read() == readme
 
 
 def test_make_bench_runs_the_edge_table_in_a_child_process(monkeypatch, tmp_path):
@@ -243,7 +270,7 @@ def test_make_bench_runs_the_edge_table_in_a_child_process(monkeypatch, tmp_path
     assert run.run_edge({"B16": 0}, False, False, out)  # no edge model: nothing to run
     tail = [cmd[1:] for cmd in calls]
     edge_json = ["--output", str(tmp_path / "edge.json")]
-    assert tail == [["-m", "benchmarks.edge", *edge_json, "--update-readme"],
+    assert tail == [["-m", "benchmarks.edge", *edge_json, "--update-results"],
                     ["-m", "benchmarks.edge", *edge_json, "--models", "S16"],
                     ["-m", "benchmarks.edge", *edge_json, "--quick"]]
     monkeypatch.setattr(subprocess, "run", lambda cmd, cwd: subprocess.CompletedProcess(cmd, 1))

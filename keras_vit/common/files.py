@@ -74,6 +74,17 @@ def staged(path, overwrite=False, directory=False):
         remove(tmp)
 
 
+def write_text(path, text, overwrite=True):
+    """Writes `text` (UTF-8) to `path` through a temporary file in the same folder, then a rename; returns `path`.
+
+    Raises:
+        FileExistsError: `path` exists and `overwrite` is False.
+    """
+    with staged(path, overwrite) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
 def track(path):
     """Registers a temporary file or folder for `exit_on_sigterm`'s handler until `remove(path)`; returns `path`."""
     _LIVE.add(path)
