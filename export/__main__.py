@@ -113,34 +113,22 @@ def _main(argv):
     args = parser.parse_args(argv)
     _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
     from export.contract import format_contracts
-    from export.pipeline import export_all, format_table, parse_list
+    from export.pipeline import export_plan, format_table
+    from export.plan import make_plan
     from export.signature import load_vit
-    from export.sizes import parse_image_size
     from export.verify import VerificationError
-    from export.web_check import WebCheckUnavailable, check_available
+    from export.web_check import WebCheckUnavailable
     from export.web_page import check_page_model, check_page_runtime, check_page_target, choose_artifact, write_page
 
     try:
         _cli_text.check_arguments(args, FORMATS, QUANTIZATIONS, REFUSED, ONNX_QUANTIZATIONS)  # before the data is read
-        formats = parse_list(args.formats, FORMATS, "format")
-        tflite_modes = parse_list(args.quantization, QUANTIZATIONS, "quantization")
-        parse_list(args.onnx_quantization, ONNX_QUANTIZATIONS, "onnx_quantization")
         _files.check_writable_folder(args.output_dir, "--output-dir")  # before any conversion, not after it
-        if args.web_check:
-            check_available()
         if args.web is not None:
             check_page_target(args.web, args.output_dir, args.overwrite)
             _files.check_writable_folder(args.web, "--web")
             check_page_runtime()
-            if "tflite" not in formats:
-                raise ValueError(f"--web runs a .tflite file: add tflite to --formats. Received: --formats={args.formats}")
         model = load_vit(args.model)
-        if "tflite" in formats and slow_on_cpu(tflite_modes):
-            print(slow_on_cpu(tflite_modes), flush=True)
-        parse_image_size(args.image_size, model, argument="--image-size")
-        if args.web is not None:
-            check_page_model(model, args.scores, args.image_size)
-        report = export_all(
+        plan = make_plan(  # every argument checked and parsed once, against the model, before any work
             model,
             args.output_dir,
             formats=args.formats,
@@ -160,7 +148,15 @@ def _main(argv):
             image_size=args.image_size,
             input_range=args.input_range,
             web_check=args.web_check,
+            flags=_cli_text.FLAGS,
         )
+        if args.web is not None:
+            if "tflite" not in plan.formats:
+                raise ValueError(f"--web runs a .tflite file: add tflite to --formats. Received: --formats={args.formats}")
+            check_page_model(model, args.scores, plan.image_size)
+        if slow_on_cpu(plan.tflite_modes):
+            print(slow_on_cpu(plan.tflite_modes), flush=True)
+        report = export_plan(plan)
         if args.web is not None:
             page = write_page(args.web, choose_artifact(report)["path"], report["labels"], report["model"],
                               overwrite=args.overwrite)

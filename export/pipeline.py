@@ -8,41 +8,22 @@ import time
 import numpy as np
 
 from keras_vit.common import files as _files
-from export.input_range import RANGES, UNIT, UNREAD, describe, parse_input_range, scale
-from export.modes import FLOAT32, ONNX, TFLITE
-from export.onnx import check_opset
-from export.onnx_fusion import check_fusion, fused_nodes
-from export.onnx_quantization import ONNX_QUANTIZATIONS
+from export.input_range import RANGES, UNIT, UNREAD, describe, scale
+from export.modes import FLOAT32, ONNX
+from export.onnx_fusion import fused_nodes
+from export.plan import make_plan
 from export.output_folder import FORMATS, artifact_file, earlier_files
 from export.signature import ServingGraph, prepare
-from export.sizes import is_dynamic, model_image_shape, parse_image_size
-from export.tflite import (CALIBRATED, DEFAULT_QUANTIZATIONS, QUANTIZATIONS, check_dynamic_size_quantization,
-                           check_quantization)
+from export.sizes import is_dynamic, model_image_shape
+from export.tflite import CALIBRATED, DEFAULT_QUANTIZATIONS
 from export.app_files import check as check_app_files, held_out_files
 from export.images import load_data
-from export.contract import artifact_contract, check_keras_accuracy, label_names as _label_names, read_labels_file
+from export.contract import artifact_contract, check_keras_accuracy, label_names as _label_names
 from export.fast_path import fast_path
 from export.scores import CLASSLESS
 from export.tolerances import FEATURES_NOTE, MEDIAPIPE_FEATURES, MEDIAPIPE_TOKENS, TOKENS_NOTE
 from export.verify import NOISE_HINT, Artifact, VerificationError, decision_failure, resized_images, verify
-from export.web_check import check_available as check_web_available, check_in_browser, runtimes as web_runtimes
-
-def parse_list(value, allowed, name):
-    """Splits "a,b" (or takes a list) and checks each item is in `allowed`.
-
-    Raises:
-        ValueError: an empty list or an item outside `allowed`, naming it.
-    """
-    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value)
-    items = [v for v in items if v]
-    if not items:
-        raise ValueError(f"`{name}` is empty; choose from {', '.join(allowed)}")
-    for item in items:
-        if item not in allowed:
-            if name == "quantization":
-                check_quantization(item)
-            raise ValueError(f"unknown {name} {item!r}; choose from {', '.join(allowed)}")
-    return list(dict.fromkeys(items))
+from export.web_check import check_in_browser, runtimes as web_runtimes
 
 
 def export_all(
@@ -53,7 +34,7 @@ def export_all(
     calibration_data=None,
     labels=None,
     include_preprocessing=False,
-    int8_io_type="float32",
+    int8_io_type=FLOAT32,
     opset=17,
     overwrite=False,
     measure_latency=True,
@@ -61,7 +42,7 @@ def export_all(
     batch_size=1,
     scores="probabilities",
     mediapipe=True,
-    onnx_quantization="float32",
+    onnx_quantization=FLOAT32,
     image_size=None,
     input_range=None,
     web_check=False,
@@ -197,101 +178,77 @@ def export_all(
         Nothing is left behind by a refusal: an output folder the export
         made is removed again when it holds nothing.
     """
-    formats = parse_list(formats, FORMATS, "format")
-    quantizations = parse_list(quantizations, QUANTIZATIONS, "quantization") if "tflite" in formats else []
-    onnx_quantizations = parse_list(onnx_quantization, ONNX_QUANTIZATIONS, "onnx_quantization") if "onnx" in formats else []
-    for q in quantizations:
-        check_quantization(q, int8_io_type if int8_io_type in TFLITE[q].io_types else FLOAT32)
-    if "onnx" in formats:
-        check_opset(opset)
-    if any(ONNX[q].converter == "onnxruntime_transformers" for q in onnx_quantizations):
-        check_fusion(opset)
-    takers = [m for m in TFLITE if int8_io_type in TFLITE[m].io_types]
-    if int8_io_type != FLOAT32 and not set(takers) & set(quantizations):
-        raise ValueError(f"int8_io_type={int8_io_type!r} applies to the {' or '.join(map(repr, takers))} TFLite file, "
-                         "which is not requested")
-    if batch_size not in (None, 1):
-        raise ValueError(f"`batch_size` must be 1 or None (dynamic). Received: batch_size={batch_size!r}")
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise ValueError(f"output_dir {output_dir!r} is a file, not a folder")
-    _files.check_writable_folder(output_dir, "output_dir")
-    parse_input_range(input_range, "input_range (--input-range)")
-    size = parse_image_size(image_size, model)
-    if web_check:
-        check_web_available()
-    if size == "dynamic":
-        for q in quantizations:
-            check_dynamic_size_quantization(q)
-    modes = {"tflite": quantizations, "onnx": onnx_quantizations}
-    planned = [(f, q) for f in formats for q in modes.get(f, ["float32"])]
-    targets = [os.path.join(output_dir, artifact_file(f, q, include_preprocessing)) for f, q in planned]
-    for path in [*targets, os.path.join(output_dir, "report.json"), os.path.join(output_dir, "labels.txt")]:
-        _files.check_target(path, overwrite)
-    earlier = earlier_files(output_dir, [os.path.basename(t) for t in targets])
-    if earlier and not overwrite:
-        raise FileExistsError(f"{output_dir} holds an earlier export's {', '.join(earlier)}, which this export would "
-                              "not replace; pass overwrite=True (--overwrite) to remove them, or give another folder")
+    return export_plan(make_plan(
+        model, output_dir, formats=formats, quantizations=quantizations, calibration_data=calibration_data,
+        labels=labels, include_preprocessing=include_preprocessing, int8_io_type=int8_io_type, opset=opset,
+        overwrite=overwrite, measure_latency=measure_latency, profile=profile, batch_size=batch_size, scores=scores,
+        mediapipe=mediapipe, onnx_quantization=onnx_quantization, image_size=image_size, input_range=input_range,
+        web_check=web_check,
+    ))
 
+
+def export_plan(plan):
+    """Runs a checked `export.plan.ExportPlan` (`make_plan`'s): what `export_all` does after its checks.
+
+    Returns and raises as `export_all`, which documents the steps; a refused export removes an output folder it made
+    when that holds nothing.
+    """
     started = time.perf_counter()
-    made_dir = not os.path.exists(output_dir)
+    made_dir = not os.path.exists(plan.output_dir)
     try:
-        return _export_all(model, output_dir, size, formats, planned, targets, calibration_data, labels,
-                           include_preprocessing, int8_io_type, opset, overwrite, measure_latency, profile, batch_size,
-                           scores, mediapipe, input_range, started, web_check)
+        return _export(plan, started)
     except BaseException:
-        if made_dir and os.path.isdir(output_dir) and not os.listdir(output_dir):
-            os.rmdir(output_dir)  # a refused export leaves no empty folder behind
+        if made_dir and os.path.isdir(plan.output_dir) and not os.listdir(plan.output_dir):
+            os.rmdir(plan.output_dir)  # a refused export leaves no empty folder behind
         raise
 
 
-def _export_all(model, output_dir, size, formats, planned, targets, calibration_data, labels, include_preprocessing,
-                int8_io_type, opset, overwrite, measure_latency, profile, batch_size, scores, mediapipe, input_range,
-                started, web_check=False):
-    """`export_all` after its argument checks: the serving graph, every artifact, the report."""
-    model, resized_from = _at_size(model, size)
+def _export(plan, started):
+    """The serving graph, every artifact, the report."""
+    model, resized_from = _at_size(plan.model, plan.image_size)
+    size = plan.image_size
     graph_size = size if size != "dynamic" and is_dynamic(model) else None
     # From the first artifact moved into place until report.json lands, a SIGTERM (under the CLI's
     # exit_on_sigterm) removes the artifacts and labels.txt too: a killed export leaves no files without a report.
-    finals = [*targets, os.path.join(output_dir, "labels.txt")]
+    finals = [*plan.targets, plan.labels_path]
     try:
         # one float32 trace for every artifact (a model of any resolution: dynamic height and width)
-        with ServingGraph(model, include_preprocessing, scores=scores, image_size=graph_size,
-                          input_range=input_range) as graph:
+        with ServingGraph(model, plan.include_preprocessing, scores=plan.scores, image_size=graph_size,
+                          input_range=plan.input_range) as graph:
             _say_input(graph)
-            if graph.source_policy != "float32":
+            if graph.source_policy != FLOAT32:
                 print(f"the model was trained under the dtype policy {graph.source_policy!r}: exporting and "
                       "verifying the float32 computation of its weights", flush=True)
-            report = _export_verified(graph, batch_size, output_dir, planned, calibration_data, labels, int8_io_type,
-                                      opset, overwrite, measure_latency, mediapipe,
-                                      tflite_dynamic_size=size == "dynamic", web_check=web_check)
+            report = _export_verified(graph, plan)
         if resized_from is not None:
             report["resized_from"] = list(resized_from)
         report["export_time_s"] = round(time.perf_counter() - started, 1)
-        if profile:
+        if plan.profile:
             from export.profile import tflite_profile
 
             for row in report["artifacts"]:
                 if row["format"] == "tflite" and row["passed"]:
-                    row["profile"] = tflite_profile(row["path"], num_threads=1, measure_latency=measure_latency)
-        earlier = earlier_files(output_dir, [row["name"] for row in report["artifacts"] if row["passed"]]) \
-            if overwrite else []
+                    row["profile"] = tflite_profile(row["path"], num_threads=1, measure_latency=plan.measure_latency)
+        earlier = earlier_files(plan.output_dir, [row["name"] for row in report["artifacts"] if row["passed"]]) \
+            if plan.overwrite else []
         if earlier:  # an earlier export's files (--overwrite): the folder holds what its report names, no more
             report["removed_earlier_files"] = earlier
-        with _files.staged(os.path.join(output_dir, "report.json"), overwrite) as tmp:
+        with _files.staged(plan.report_path, plan.overwrite) as tmp:
             with open(tmp, "w") as f:
                 json.dump(report, f, indent=2)
         for name in earlier:
-            _files.remove(os.path.join(output_dir, name))
+            _files.remove(os.path.join(plan.output_dir, name))
         if earlier:
-            print(f"removed an earlier export's {', '.join(earlier)} from {output_dir} (not in this report)", flush=True)
+            print(f"removed an earlier export's {', '.join(earlier)} from {plan.output_dir} (not in this report)",
+                  flush=True)
     finally:
         for path in finals:
             _files.untrack(path)
     failed = [f"{r['name']}: {'; '.join(r['failures'])}" for r in report["artifacts"] if not r["passed"]]
     if failed:
         hint = ""
-        if calibration_data is None and any(decision_failure(r) and r["quantization"] != FLOAT32
-                                            for r in report["artifacts"]):
+        if plan.calibration_data is None and any(decision_failure(r) and r["quantization"] != FLOAT32
+                                                 for r in report["artifacts"]):
             hint = f" ({NOISE_HINT.format(argument='calibration_data / --calibration-data')})"
         raise VerificationError("verification failed for " + " | ".join(failed) + hint)
     return report
@@ -325,33 +282,31 @@ def _at_size(model, size):
     return resize(model, (*size, old[2])), old[:2]
 
 
-def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_data, labels, int8_io_type, opset, overwrite,
-                     measure_latency, mediapipe=True, tflite_dynamic_size=False, web_check=False):
+def _export_verified(graph, plan):
     """Converts every planned artifact from `graph`, verifies them, moves the good ones, writes labels and report."""
     from export.onnx import export_onnx
     from export.saved_model import export_saved_model
     from export.tflite import export_tflite
 
     include_preprocessing = graph.include_preprocessing
-    given = read_labels_file(labels) if isinstance(labels, (str, os.PathLike)) else labels
     calibration, eval_images, eval_labels, class_names = load_data(  # a folder that lacks a class: model's numbering
-        calibration_data, graph, class_names=None if graph.score_kind in CLASSLESS else [graph.class_names, given])
+        plan.calibration_data, graph, class_names=None if graph.score_kind in CLASSLESS else [graph.class_names, plan.labels])
     tokens = graph.score_kind == "tokens"
     classless = graph.score_kind in CLASSLESS  # no labels, accuracy, agreement or MediaPipe classifier
     if classless:  # a token sequence, or a backbone's feature vector (keras-vit-pretrain): the data's images only
         what = "a token sequence" if tokens else "a feature vector"
         shape = f"(batch, {graph.tokens}, {graph.classes})" if tokens else f"(batch, {graph.classes})"
-        if labels is not None:
+        if plan.labels is not None:
             raise ValueError(f"labels (--labels) name classes, and the model outputs {what} {shape}: leave them out")
         label_names, label_source, eval_labels = None, f"none (the model outputs {what})", None
         note = TOKENS_NOTE.replace("(batch, tokens, hidden_size)", shape) if tokens else (
             FEATURES_NOTE.replace("(batch, hidden_size)", shape))
         print(note + ("" if tokens or class_names is None else "; the calibration data's classes are not used"),
               flush=True)
-        if mediapipe and any(fmt == "tflite" for fmt, _ in planned):
+        if plan.mediapipe and "tflite" in plan.formats:
             print(f"MediaPipe ImageClassifier check {MEDIAPIPE_TOKENS if tokens else MEDIAPIPE_FEATURES}", flush=True)
     else:
-        label_names, label_source = _label_names(labels, class_names, graph.classes, graph.class_names)
+        label_names, label_source = _label_names(plan.labels, class_names, graph.classes, graph.class_names)
     if label_source == "numbers":
         print(f"the model holds no class names: labels.txt and the .tflite files name its {graph.classes} classes "
               f"0..{graph.classes - 1} (pass --labels FILE, or train with keras-vit-train, which stores them)", flush=True)
@@ -359,14 +314,15 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
     if graph.range_source.startswith(UNREAD):
         warnings.insert(0, f"the range the model takes is {graph.range_source}")
     calibration = scale(calibration, UNIT, graph.input_range)  # as the artifacts take them (raw pixels, ...)
-    os.makedirs(output_dir, exist_ok=True)
-    stage = _files.track(tempfile.mkdtemp(dir=output_dir, prefix=".tmp-export-"))  # removed by a SIGTERM too
+    os.makedirs(plan.output_dir, exist_ok=True)
+    stage = _files.track(tempfile.mkdtemp(dir=plan.output_dir, prefix=".tmp-export-"))  # removed by a SIGTERM too
     tflite_graph, owned = graph, False
     try:
-        if any(fmt == "tflite" for fmt, _ in planned):  # one graph of the TFLite batch (and size) for every TFLite mode
-            tflite_graph, owned = prepare(graph, include_preprocessing, tflite_batch_size, dynamic_size=tflite_dynamic_size)
+        if "tflite" in plan.formats:  # one graph of the TFLite batch (and size) for every TFLite mode
+            tflite_graph, owned = prepare(graph, include_preprocessing, plan.batch_size,
+                                          dynamic_size=plan.image_size == "dynamic")
         artifacts, errors = [], []
-        for fmt, q in planned:
+        for fmt, q in plan.artifacts:
             name = artifact_file(fmt, q, include_preprocessing)
             staged_path = os.path.join(stage, name)
             print(f"exporting {name} ...", flush=True)
@@ -374,7 +330,7 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
                 if fmt == "saved_model":
                     export_saved_model(graph, staged_path, include_preprocessing, verify=False)
                 elif fmt == "onnx":
-                    export_onnx(graph, staged_path, opset, include_preprocessing, verify=False, quantization=q,
+                    export_onnx(graph, staged_path, plan.opset, include_preprocessing, verify=False, quantization=q,
                                 representative_data=calibration if ONNX[q].calibrated else None)
                 else:
                     export_tflite(
@@ -382,10 +338,10 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
                         staged_path,
                         quantization=q,
                         representative_data=calibration if q in CALIBRATED else None,
-                        io_type=int8_io_type if int8_io_type in TFLITE[q].io_types else FLOAT32,
+                        io_type=plan.io_type(q),
                         metadata={"labels": label_names, "scores": graph.score_kind},
                         include_preprocessing=include_preprocessing,
-                        batch_size=tflite_batch_size,
+                        batch_size=plan.batch_size,
                         verify=False,
                         image_size="dynamic" if tflite_graph.dynamic_size else None,
                     )
@@ -403,17 +359,18 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
         other_sizes = [(resized_images(eval_images, shape[:2]), eval_labels) for shape in graph.check_shapes[1:]]
         sizes = " and ".join("x".join(map(str, shape[:2])) for shape in graph.check_shapes)
         print(f"verifying {len(artifacts)} artifacts on {len(eval_images)} images ({sizes}) ...", flush=True)
-        results = verify(graph, artifacts, eval_images, eval_labels, raise_on_failure=False, measure_latency=measure_latency,
-                         mediapipe=mediapipe, other_sizes=other_sizes)
-        if web_check:
+        results = verify(graph, artifacts, eval_images, eval_labels, raise_on_failure=False,
+                         measure_latency=plan.measure_latency, mediapipe=plan.mediapipe, other_sizes=other_sizes)
+        if plan.web_check:
             print(f"verifying {len(artifacts)} artifacts in headless Chromium ...", flush=True)
-            check_in_browser(graph, artifacts, results, eval_images, eval_labels, measure_latency)
-        files = held_out_files(calibration_data, len(eval_images)) if (mediapipe or web_check) and not classless else None
+            check_in_browser(graph, artifacts, results, eval_images, eval_labels, plan.measure_latency)
+        apps_check = (plan.mediapipe or plan.web_check) and not classless
+        files = held_out_files(plan.calibration_data, len(eval_images)) if apps_check else None
         app_files = None
         if files and any(row["format"] == "tflite" for row in results):  # as an app opens them (export.app_files)
-            apps = " and ".join(["MediaPipe"] * mediapipe + ["the --web page"] * web_check)
+            apps = " and ".join(["MediaPipe"] * plan.mediapipe + ["the --web page"] * plan.web_check)
             print(f"opening the {len(files)} verification files as {apps} does ...", flush=True)
-            app_files = check_app_files(graph, results, files, eval_images, web=web_check, mediapipe=mediapipe)
+            app_files = check_app_files(graph, results, files, eval_images, web=plan.web_check, mediapipe=plan.mediapipe)
         for row in results:
             row["contract"] = artifact_contract(row["path"], row["format"], graph)
             if row["format"] == "onnx" and ONNX[row["quantization"]].converter == "onnxruntime_transformers":  # what onnxruntime's optimizer fused (Attention, Gelu, ...)
@@ -422,21 +379,21 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
                 print(f"{row['name']}: onnxruntime's optimizer fused {made} (Attention {row['fused_nodes']['Attention']})",
                       flush=True)
         for row in results + errors:
-            final = os.path.join(output_dir, row["name"])
+            final = os.path.join(plan.output_dir, row["name"])
             if row["passed"]:
                 _files.track(final)  # removed by a SIGTERM until report.json lands (export_all)
-                _files.promote(row["path"], final, overwrite)
-            elif overwrite:  # asked to replace it, and the new one failed: no older file stays under its name
+                _files.promote(row["path"], final, plan.overwrite)
+            elif plan.overwrite:  # asked to replace it, and the new one failed: no older file stays under its name
                 _files.remove(final)
             row["path"] = final if row["passed"] else None
         report = {
             "model": graph.source.name,
             "dtype_policy": graph.source_policy,
-            "exported_computation": "float32",
+            "exported_computation": FLOAT32,
             "input_shape": list(graph.image_shape),
             "dynamic_size": graph.dynamic_size,
             "verification_sizes": [list(shape[:2]) for shape in graph.check_shapes],
-            "tflite_image_size": "dynamic" if tflite_dynamic_size else list(graph.image_shape[:2]),
+            "tflite_image_size": "dynamic" if plan.image_size == "dynamic" else list(graph.image_shape[:2]),
             "classes": None if classless else graph.classes,
             "include_preprocessing": include_preprocessing,
             "model_input_range": list(graph.model_range),
@@ -447,19 +404,19 @@ def _export_verified(graph, tflite_batch_size, output_dir, planned, calibration_
             **({"tokens": graph.tokens, "hidden_size": graph.classes, "agreement": TOKENS_NOTE} if tokens else {}),
             **({"hidden_size": graph.classes, "agreement": FEATURES_NOTE} if classless and not tokens else {}),
             "warnings": warnings,
-            "tflite_batch_size": tflite_batch_size,
+            "tflite_batch_size": plan.batch_size,
             "scores": graph.score_kind,
-            "calibration_data": calibration_data if isinstance(calibration_data, (str, type(None))) else (
-                "NumPy array" if isinstance(calibration_data, np.ndarray) else "tf.data.Dataset"),
+            "calibration_data": plan.calibration_data if isinstance(plan.calibration_data, (str, type(None))) else (
+                "NumPy array" if isinstance(plan.calibration_data, np.ndarray) else "tf.data.Dataset"),
             "num_verification_images": int(len(eval_images)),
             "labelled": eval_labels is not None,
-            **({"web_runtimes": web_runtimes()} if web_check else {}),
+            **({"web_runtimes": web_runtimes()} if plan.web_check else {}),
             **({"app_files": app_files} if app_files else {}),
             "artifacts": results + errors,
         }
         if not classless:
-            _files.track(os.path.join(output_dir, "labels.txt"))  # as the artifacts (export_all)
-            with _files.staged(os.path.join(output_dir, "labels.txt"), overwrite) as tmp:
+            _files.track(plan.labels_path)  # as the artifacts (export_all)
+            with _files.staged(plan.labels_path, plan.overwrite) as tmp:
                 with open(tmp, "w") as f:
                     f.write("\n".join(label_names) + "\n")
     finally:

@@ -102,7 +102,7 @@ def _backbone(args, model_config, image_size):
     import keras_vit
 
     common = {
-        "input_shape": (image_size, image_size, 3),
+        "input_shape": (*image_size, 3),
         "include_top": False,
         "pooling": "token",
         "dropout_rate": args.dropout_rate or 0.0,

@@ -53,6 +53,7 @@ import time
 
 from keras_vit.common import cli_text as _cli
 from keras_vit.common import files as _files
+from keras_vit.common.validation import check_image_size
 from keras_vit.cli import init_from as _init_from
 from keras_vit.cli import run_files as _run_files
 from keras_vit.cli import train_weights as _train_weights
@@ -122,8 +123,6 @@ _ARCHITECTURE_FLAGS = ("variant", "patch_size", "hidden_size", "num_layers", "nu
 
 def builder_config(args):
     """Returns (builder kwargs, image_size) from the parsed arguments (image_size None: the --init-from model's)."""
-    if args.image_size is not None and args.image_size < 1:
-        raise ValueError(f"--image-size must be >= 1 (pixels). Received: {args.image_size}")
     if getattr(args, "init_from", None) is not None:
         given = [k for k in _ARCHITECTURE_FLAGS if getattr(args, k) is not None]
         if given:
@@ -144,17 +143,13 @@ def builder_config(args):
             )
         from keras_vit.models.variants import VARIANTS
 
-        image_size, patch_size = 224 if args.image_size is None else args.image_size, VARIANTS[args.variant][1]
-        if image_size % patch_size:
-            raise ValueError(f"--image-size must be a multiple of {patch_size} px, the patch size of --variant "
-                             f"{args.variant}. Received: {image_size}")
-        return {}, image_size
+        image_size = (224, 224) if args.image_size is None else args.image_size
+        patch_size = VARIANTS[args.variant][1]
+        return {}, check_image_size(image_size, patch_size, f"the patch size of --variant {args.variant}")
     config = {k: v for k, v in DEFAULTS.items() if k != "image_size"}
     config.update(explicit)
-    image_size = DEFAULTS["image_size"] if args.image_size is None else args.image_size
-    if config["patch_size"] > image_size or image_size % config["patch_size"]:
-        raise ValueError(f"--image-size must be a multiple of --patch-size. Received: --image-size {image_size}, "
-                         f"--patch-size {config['patch_size']}")
+    image_size = (DEFAULTS["image_size"],) * 2 if args.image_size is None else args.image_size
+    check_image_size(image_size, config["patch_size"], f"--patch-size {config['patch_size']}")
     if config["hidden_size"] % config["num_heads"]:
         raise ValueError(f"--hidden-size must be divisible by --num-heads. Received: --hidden-size "
                          f"{config['hidden_size']}, --num-heads {config['num_heads']}")
@@ -448,7 +443,7 @@ def run(args):
         raise ValueError(f"the training data hold one class ({', '.join(train.class_names)}); a classifier needs at "
                          "least 2 (keras-vit-pretrain learns from images of one class)")
     common = {
-        "input_shape": (image_size, image_size, 3),
+        "input_shape": (*image_size, 3),
         "classes": classes,
         "classifier_activation": None,
         "dropout_rate": settings["dropout_rate"],

@@ -28,8 +28,8 @@ TINY = [*MODEL, "--epochs", "2", "--warmup-epochs", "1", "--batch-size", "128", 
         (["--num-heads", "3"], "--hidden-size must be divisible by --num-heads. Received: --hidden-size 32, "
                                "--num-heads 3"),
         (["--target", "mean_colour"], "did you mean 'mean_color'?"),
-        (["--patch-size", "5"], "--image-size must be a multiple of --patch-size. Received: --image-size 16, "
-                                "--patch-size 5"),
+        (["--patch-size", "5"], "--image-size must be a multiple of 5 px, --patch-size 5. Received: "
+                                "--image-size 16"),
         (["--labels-fraction", "0.1"], "unrecognized arguments: --labels-fraction"),  # a keras-vit-train flag
     ],
 )

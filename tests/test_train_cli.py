@@ -60,17 +60,19 @@ def test_refuses_to_overwrite_without_flag(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--patch-size", "5"], "--image-size must be a multiple of --patch-size. Received: --image-size 16, --patch-size 5"),
+        (["--patch-size", "5"], "--image-size must be a multiple of 5 px, --patch-size 5. Received: --image-size 16"),
         (["--learning-rate", "0"], "--learning-rate must be > 0. Received: 0.0"),
         (["--num-heads", "3"], "--hidden-size must be divisible by --num-heads. Received: --hidden-size 32, --num-heads 3"),
         (["--num-layers", "0"], "--num-layers must be >= 1. Received: 0"),
-        (["--patch-size", "32"], "--image-size must be a multiple of --patch-size. Received: --image-size 16, --patch-size 32"),
+        (["--patch-size", "32"], "--image-size must be a multiple of 32 px, --patch-size 32. Received: --image-size 16"),
         (["--epochs", "0"], "--epochs must be >= 1"),
         (["--warmup-epochs", "5"], "--warmup-epochs must be in [0, --epochs=2). Received: 5.0"),
         (["--dropout-rate", "1.5"], "--dropout-rate must be in [0, 1). Received: 1.5"),
         (["--stochastic-depth-rate", "-0.1"], "--stochastic-depth-rate must be in [0, 1). Received: -0.1"),
         (["--variant", "ViTTi16", "--hidden-size", "8"], "--variant ViTTi16 fixes the architecture"),
-        (["--image-size", "0"], "--image-size must be >= 1 (pixels). Received: 0"),
+        (["--image-size", "0"], "--image-size: must be N or H,W (pixels, ints >= 1). Received: 0"),
+        (["--image-size", "16,18"], "--image-size must be a multiple of 4 px, --patch-size 4. Received: --image-size 16,18"),
+        (["--image-size", "16,16,16"], "--image-size: must be N or H,W (pixels, ints >= 1). Received: 16,16,16"),
         (["--image-folder", "/nonexistent/photos"],
          "--image-folder must be an existing folder. Received: --image-folder /nonexistent/photos"),
         (["--precision", "mixed_bfloat"], "argument --precision: invalid choice: 'mixed_bfloat' (choose from 'float32', "
@@ -90,6 +92,14 @@ def test_bad_input_exits_2_with_message(tmp_path, capsys, args, message):
     assert not (tmp_path / "run" / "model.keras").exists()
 
 
+@pytest.mark.parametrize("value,size", [("16", (16, 16)), ("16,24", (16, 24)), ("24x16", (24, 16))])
+def test_image_size_takes_n_or_h_w_as_keras_vit_export_does(value, size):
+    """Issue 44: keras-vit-train took a square --image-size N only, keras-vit-export H,W; both take either now."""
+    args = train.build_parser().parse_args([*TINY, "--image-size", value, "--output-dir", "unused"])
+    config, image_size = train.builder_config(args)
+    assert image_size == size and config["patch_size"] == 4
+
+
 def test_checks_that_need_no_data_run_before_the_data_is_read(tmp_path, capsys, monkeypatch):
     def unread(*args):
         raise AssertionError("the data were read")
@@ -100,7 +110,7 @@ def test_checks_that_need_no_data_run_before_the_data_is_read(tmp_path, capsys, 
         ([*TINY, "--dropout-rate", "1"], "--dropout-rate must be in [0, 1). Received: 1.0"),
         ([*TINY, "--mlp-dim", "0"], "--mlp-dim must be >= 1. Received: 0"),
         (["--variant", "ViTS32", "--image-size", "48"],
-         "--image-size must be a multiple of 32 px, the patch size of --variant ViTS32. Received: 48"),
+         "--image-size must be a multiple of 32 px, the patch size of --variant ViTS32. Received: --image-size 48"),
     ):
         with pytest.raises(SystemExit) as exit_info:
             train.main([*args, "--output-dir", str(tmp_path / "run")])

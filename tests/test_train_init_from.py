@@ -168,8 +168,8 @@ def test_a_missing_or_foreign_file_or_a_bad_size_is_refused(tmp_path, capsys):
              (tmp_path / "nested.keras", "nested inside 'outer': save the ViT itself"),
              (tmp_path / "dense.keras", "is not a keras_vit Vision Transformer"),
              ((hybrid, "20"), f"--image-size must be a multiple of 8 px, the patch size (1) x the ResNet's stride (8) "
-                              f"of --init-from {hybrid}. Received: 20"),
-             ((hybrid, "0"), "--image-size must be >= 1 (pixels). Received: 0")]
+                              f"of --init-from {hybrid}. Received: --image-size 20"),
+             ((hybrid, "0"), "--image-size: must be N or H,W (pixels, ints >= 1). Received: 0")]
     for path, message in cases:
         path, size = path if isinstance(path, tuple) else (path, None)
         flags = [] if size is None else ["--image-size", size]

@@ -114,7 +114,7 @@ def test_a_name_offline_says_where_to_put_the_file(tmp_path, capsys, offline_ti1
         (["--weights", "imagenet21"], "nor a .npz or .safetensors file; did you mean 'imagenet21k'?"),
         (["--weights", "missing.npz"], "--weights 'missing.npz': no such file"),
         (["--weights", "imagenet21k", "--variant", "ViTTi16", "--image-size", "40"],
-         "--image-size must be a multiple of 16 px, the patch size of --weights imagenet21k. Received: 40"),
+         "--image-size must be a multiple of 16 px, the patch size of --weights imagenet21k. Received: --image-size 40"),
         (["--weights", "imagenet21k", "--variant", "ViTTi16", "--hidden-size", "64"],
          "--weights imagenet21k fixes the architecture; drop --hidden-size"),
         (["--weights", "imagenet21k", "--variant", "ViTTi16", "--position-embedding", "sincos_2d"],
@@ -146,7 +146,7 @@ def test_a_local_file_refuses_architecture_flags_and_junk(tmp_path, capsys):
                                                    "--num-layers"),
         (["--weights", str(tmp_path / "junk.npz")], "could not be read as a checkpoint"),
         (["--weights", path, "--image-size", "18"], f"--image-size must be a multiple of 4 px, the patch size of "
-                                                    f"--weights {path}. Received: 18"),
+                                                    f"--weights {path}. Received: --image-size 18"),
     ):
         with pytest.raises(SystemExit) as exit_info:
             train.main([*ONE_EPOCH, *flags, "--output-dir", str(tmp_path / "run")])

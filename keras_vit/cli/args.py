@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from keras_vit.common import cli_text as _cli
+from keras_vit.common.validation import parse_image_size
 
 # Library parameters whose flag is not "--" + the name with dashes (keras_vit.data, the builders).
 PARAMETER_FLAGS = {
@@ -34,6 +35,14 @@ DEFAULTS = {
     "num_heads": 4,
     "mlp_dim": 512,
 }
+
+
+def _image_size(value):
+    """argparse's type for --image-size: `(height, width)` from "N", "H,W" or "HxW"."""
+    try:
+        return parse_image_size(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("--image-size must", "must").replace("--image-size ", "")) from None
 
 
 def add_data_arguments(parser):
@@ -73,8 +82,9 @@ def add_model_arguments(parser):
     group = parser.add_argument_group("model")
     group.add_argument("--variant", choices=sorted(VARIANTS), default=None,
                        help="a ViT variant of the paper's Table 1 (default: none, the small ViT of the flags below)")
-    group.add_argument("--image-size", type=int, default=None,
-                       help=f"input height and width (default {DEFAULTS['image_size']}, 224 for variants)")
+    group.add_argument("--image-size", type=_image_size, default=None, metavar="N|H,W",
+                       help=f"input size in pixels, square N or H,W (default {DEFAULTS['image_size']}, 224 for "
+                            "variants)")
     for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
         group.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=f"default {DEFAULTS[name]}")
     group.add_argument("--position-embedding", choices=POSITION_EMBEDDINGS, default=None,

@@ -9,6 +9,8 @@ in one line. Errors are ValueErrors that name the flag, so the CLI exits 2.
 
 import zipfile
 
+from keras_vit.common.validation import check_image_size
+
 
 def load_saved_model(path):
     """Loads a keras_vit model from a .keras file (uncompiled); ValueError naming the file otherwise."""
@@ -47,20 +49,15 @@ def saved_image_size(model, image_size, path):
     stages = resnet_num_layers(model)
     cell = cell_size(model)
     if image_size is not None:
-        if image_size % cell:
-            raise ValueError(
-                f"--image-size must be a multiple of {cell} px, the patch size"
-                + (f" ({cell // output_stride(stages)}) x the ResNet's stride ({output_stride(stages)})" if stages else "")
-                + f" of --init-from {path}. Received: {image_size}"
-            )
-        return image_size
+        stride = f" ({cell // output_stride(stages)}) x the ResNet's stride ({output_stride(stages)})" if stages else ""
+        return check_image_size(image_size, cell, f"the patch size{stride} of --init-from {path}")
     rows, cols = model.get_layer("patch_encoder").grid_size or (None, None)
     if height is None or width is None:
         height = rows * cell if height is None else height
         width = cols * cell if width is None else width
         print(f"--init-from: {model.name} takes any resolution; training at {height}x{width} px, its position "
               f"table's grid ({rows}x{cols} patches of {cell} px; --image-size sets another)")
-    return height if height == width else (height, width)
+    return height, width
 
 
 def fine_tuning_model(model, image_size, classes, precision):

@@ -21,6 +21,7 @@ import os
 import re
 
 from keras_vit.common import cli_text as _cli
+from keras_vit.common.validation import check_image_size, parse_image_size
 
 WEIGHT_FILES = (".npz", ".safetensors")
 _FILE_FIXES = ("variant", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
@@ -35,14 +36,14 @@ class Pretrained:
         source: the name or file as given, for messages and metrics.
         variant: the builder name (e.g. "ViTTi16") for a published variant, or None.
         config: `keras_vit.VisionTransformer` arguments read from a local file (None with `variant`).
-        image_size: int, the training resolution in pixels (square).
+        image_size: (height, width), the training resolution in pixels.
     """
 
     path: str
     source: str
     variant: object
     config: object
-    image_size: int
+    image_size: tuple
 
 
 def resolve(args):
@@ -155,10 +156,7 @@ def _image_size(args, checkpoint_size, cell, source):
     if size is None:
         raise ValueError(f"--weights {source}: its position table is not square, so its resolution is not known; "
                          "give --image-size")
-    if size % cell:
-        raise ValueError(f"--image-size must be a multiple of {cell} px, the patch size of --weights {source}. "
-                         f"Received: {size}")
-    return size
+    return check_image_size(parse_image_size(size), cell, f"the patch size of --weights {source}")
 
 
 def build(pretrained, common, name):

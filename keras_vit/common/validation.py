@@ -22,6 +22,46 @@ def check_positive_int(name, value):
     return int(value)
 
 
+def parse_image_size(value, argument="--image-size"):
+    """An image size in pixels, as the command lines take it: "N" (square), "H,W" or "HxW", an int or an (H, W) pair.
+
+    Returns:
+        None for None, else `(height, width)`, two ints >= 1.
+
+    Raises:
+        ValueError: anything else; names `argument` and the forms it takes.
+    """
+    if value is None:
+        return None
+    items = value.lower().replace("x", ",").split(",") if isinstance(value, str) else (
+        list(value) if isinstance(value, (tuple, list)) else [value])
+    try:
+        sizes = [int(v.strip()) if isinstance(v, str) else v for v in items]
+    except ValueError:
+        sizes = []
+    if len(sizes) not in (1, 2) or not all(is_int(s) and s >= 1 for s in sizes):
+        raise ValueError(f"{argument} must be N or H,W (pixels, ints >= 1). Received: {argument} {value}")
+    return (int(sizes[0]), int(sizes[-1]))
+
+
+def check_image_size(size, cell, what, argument="--image-size"):
+    """Returns `size` ((height, width) in pixels) when both sides are positive multiples of `cell`, else raises.
+
+    Args:
+        size: `(height, width)`, e.g. `parse_image_size`'s result.
+        cell: int, the pixels one patch covers: the patch size (times a hybrid's ResNet stride).
+        what: where `cell` comes from, for the message, e.g. "the patch size of --variant ViTS32".
+
+    Raises:
+        ValueError: "--image-size must be a multiple of 32 px, the patch size of --variant ViTS32. Received:
+            --image-size 48": one message for every command line.
+    """
+    if any(side < cell or side % cell for side in size):
+        shown = str(size[0]) if size[0] == size[1] else f"{size[0]},{size[1]}"
+        raise ValueError(f"{argument} must be a multiple of {cell} px, {what}. Received: {argument} {shown}")
+    return tuple(size)
+
+
 def check_rate(name, value):
     """Raises ValueError unless `value` is a real number in [0, 1)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:

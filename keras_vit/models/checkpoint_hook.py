@@ -1,7 +1,7 @@
 """How `VisionTransformer(weights=NAME|FILE)` reaches the checkpoint loader without `models` importing `weights`.
 
-`keras_vit.weights` builds models, so the model modules must not import it (../shared/STYLE.md, "The
-house as it stands"). Instead `keras_vit.weights` registers its loader here when it is imported, which
+`keras_vit.weights` builds models, so the model modules must not import it (docs/contributing.md,
+"Layers"). Instead `keras_vit.weights` registers its loader here when it is imported, which
 `import keras_vit` (and so every `import keras_vit.<module>`) does before any model is built.
 """
 

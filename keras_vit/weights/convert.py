@@ -11,7 +11,7 @@ import sys
 
 from keras_vit.common import cli_text as _cli
 from keras_vit.common import console as _console
-from keras_vit.common.validation import check_bool, check_positive_int
+from keras_vit.common.validation import check_bool, check_positive_int, parse_image_size
 from keras_vit.weights.layouts import CheckpointError, read_checkpoint
 from keras_vit.weights.checkpoint import infer_config
 from keras_vit.weights.loader import load_pretrained
@@ -128,7 +128,7 @@ def main(argv=None):
     )
     parser.add_argument("source", help="checkpoint file, or a name from keras_vit.weights.CHECKPOINTS")
     parser.add_argument("output", help="destination ending in .weights.h5 or .keras")
-    parser.add_argument("--image-size", help="N or HxW pixels (default: the checkpoint's)")
+    parser.add_argument("--image-size", metavar="N|H,W", help="N, H,W or HxW pixels (default: the checkpoint's)")
     parser.add_argument("--classes", type=int, help="head size (default: the checkpoint's)")
     parser.add_argument("--no-top", action="store_true", help="leave out the classification head")
     parser.add_argument("--num-heads", type=int, help="attention heads, for PyTorch files of unusual width "
@@ -142,15 +142,10 @@ def main(argv=None):
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT")
     _console.add_verbose_argument(parser)
     args = _cli.complete_help(parser).parse_args(argv)  # every flag's default in --help
-    image_size = None
-    if args.image_size:
-        try:
-            parts = [int(x) for x in args.image_size.lower().split("x")]
-            if len(parts) not in (1, 2):
-                raise ValueError
-        except ValueError:
-            parser.error(f"--image-size must be N or HxW. Received: {args.image_size!r}")
-        image_size = parts[0] if len(parts) == 1 else tuple(parts)
+    try:
+        image_size = parse_image_size(args.image_size or None)  # N, H,W or HxW, as keras-vit-train and -export
+    except ValueError as e:
+        parser.error(str(e))
     _console.start(parser.prog, args.verbose)  # TensorFlow's start-up noise filtered, one line naming the devices
     try:
         output, config, report = convert(

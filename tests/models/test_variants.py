@@ -8,7 +8,7 @@ import keras_vit
 from keras_vit.models import SIZES, VARIANTS
 
 # From the reference implementation's configs (google-research/vision_transformer) and
-# timm/keras-hub; ../shared/CHECKPOINTS.md. Paper Table 1: B 86M, L 307M, H 632M.
+# timm/keras-hub (docs/weights.md lists the checkpoints). Paper Table 1: B 86M, L 307M, H 632M.
 PINNED = {
     "ViTTi16": 5_717_416,
     "ViTS16": 22_050_664,
