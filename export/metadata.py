@@ -10,6 +10,7 @@ import json
 import os
 
 from keras_vit.common import files as _files
+from export.scores import CLASSLESS, CLASSLESS_OUTPUTS, describe_output
 
 # preprocess_input's scaling, (x - 127.5) / 127.5, as the metadata's normalization options.
 NORM_MEAN = 127.5
@@ -110,9 +111,9 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
     """
     if scores not in SCORE_DESCRIPTIONS:
         raise ValueError(f"`scores` must be one of {list(SCORE_DESCRIPTIONS)}. Received: scores={scores!r}")
-    classless = scores in ("tokens", "features")
+    classless = scores in CLASSLESS
     if classless and labels is not None:
-        what = "a token sequence" if scores == "tokens" else "a feature vector"
+        what = describe_output(scores, shape=False)
         raise ValueError(f"{what} has no classes: `labels` must be None. Received: labels={labels!r}")
     if not classless and (not labels or not all(isinstance(label, str) for label in labels)):
         raise ValueError(f"`labels` must be a non-empty list of class names. Received: labels={labels!r}")
@@ -149,7 +150,7 @@ def write_metadata(content, labels, include_preprocessing=False, scores=None, de
 
         output_md = metadata_info.TensorMd(name=scores, description=SCORE_DESCRIPTIONS[scores]
                                            + _integer_output_note(buffer, writer_utils))
-        what = "token sequence" if scores == "tokens" else "feature vector"
+        what = CLASSLESS_OUTPUTS[scores][0]
         general_md = metadata_info.GeneralMd(
             name="keras_vit Vision Transformer backbone",
             description=f"Image to {what} (arXiv:2010.11929) exported by keras_vit")

@@ -20,7 +20,7 @@ from export.app_files import check as check_app_files, held_out_files
 from export.images import load_data
 from export.contract import artifact_contract, check_keras_accuracy, label_names as _label_names
 from export.fast_path import fast_path
-from export.scores import CLASSLESS
+from export.scores import CLASSLESS, CLASSLESS_OUTPUTS, describe_output
 from export.tolerances import FEATURES_NOTE, MEDIAPIPE_FEATURES, MEDIAPIPE_TOKENS, TOKENS_NOTE
 from export.verify import NOISE_HINT, Artifact, VerificationError, decision_failure, resized_images, verify
 from export.web_check import check_in_browser, runtimes as web_runtimes
@@ -294,13 +294,12 @@ def _export_verified(graph, plan):
     tokens = graph.score_kind == "tokens"
     classless = graph.score_kind in CLASSLESS  # no labels, accuracy, agreement or MediaPipe classifier
     if classless:  # a token sequence, or a backbone's feature vector (keras-vit-pretrain): the data's images only
-        what = "a token sequence" if tokens else "a feature vector"
+        what = describe_output(graph.score_kind, shape=False)
         shape = f"(batch, {graph.tokens}, {graph.classes})" if tokens else f"(batch, {graph.classes})"
         if plan.labels is not None:
             raise ValueError(f"labels (--labels) name classes, and the model outputs {what} {shape}: leave them out")
         label_names, label_source, eval_labels = None, f"none (the model outputs {what})", None
-        note = TOKENS_NOTE.replace("(batch, tokens, hidden_size)", shape) if tokens else (
-            FEATURES_NOTE.replace("(batch, hidden_size)", shape))
+        note = (TOKENS_NOTE if tokens else FEATURES_NOTE).replace(CLASSLESS_OUTPUTS[graph.score_kind][1], shape)
         print(note + ("" if tokens or class_names is None else "; the calibration data's classes are not used"),
               flush=True)
         if plan.mediapipe and "tflite" in plan.formats:

@@ -5,6 +5,19 @@ SCORES = ("probabilities", "logits")
 # Kinds of output with no classes: no labels, top-1 agreement, accuracy or ImageClassifier; verified vector by vector
 # (export.tolerances.TOKEN_TOLERANCES).
 CLASSLESS = ("tokens", "features")
+# kind -> (what it is, its shape): the one place messages, notes and metadata take their words from
+CLASSLESS_OUTPUTS = {
+    "tokens": ("token sequence", "(batch, tokens, hidden_size)"),
+    "features": ("feature vector", "(batch, hidden_size)"),
+}
+
+
+def describe_output(kind, shape=None):
+    """"a token sequence (batch, tokens, hidden_size)" or "a feature vector (batch, hidden_size)" for a kind of
+    `CLASSLESS`; `shape`: None (the symbolic shape), False (no shape) or the text of a concrete one."""
+    what, symbolic = CLASSLESS_OUTPUTS[kind]
+    shape = symbolic if shape is None else shape
+    return f"a {what} {shape}" if shape else f"a {what}"
 
 
 def is_feature_vector(model):

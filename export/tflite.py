@@ -9,12 +9,12 @@ import numpy as np
 
 from keras_vit.common import files as _files
 from keras_vit.layers.classifier_head import check_class_names
-from export.litert_quantization import LITERT_QUANTIZATIONS, missing_package
+from export.litert_quantization import missing_package
 from export.modes import FLOAT32, TFLITE, TFLITE_REFUSED, names
 from export.images import representative_samples
 from export.input_range import UNIT, scale
 from export.reparameterize import balanced_graph
-from export.scores import CLASSLESS
+from export.scores import CLASSLESS, describe_output
 from export.signature import ServingGraph, prepare
 from export.sizes import parse_image_size
 from export.verify import Artifact, check_artifact, verification_images
@@ -273,9 +273,8 @@ def _checked_metadata(metadata, graph):
     labels = metadata.get("labels")
     if graph.score_kind in CLASSLESS:  # no classes to name: the metadata describes the input and the output
         if labels is not None:
-            what = ("a token sequence (batch, tokens, hidden_size)" if graph.score_kind == "tokens" else
-                    "a feature vector (batch, hidden_size)")
-            raise ValueError(f"`metadata['labels']` names classes, and the model outputs {what}: leave the labels "
+            raise ValueError(f"`metadata['labels']` names classes, and the model outputs "
+                             f"{describe_output(graph.score_kind)}: leave the labels "
                              f"out. Received: {len(list(labels))} labels")
         metadata["labels"] = None
         metadata.setdefault("scores", graph.score_kind)

@@ -33,7 +33,7 @@ import threading
 import numpy as np
 
 from export.mediapipe_check import to_frames
-from export.scores import CLASSLESS
+from export.scores import CLASSLESS, describe_output
 from export.tolerances import compare, failures
 from export.verify import artifact_inputs, reference_outputs
 
@@ -284,7 +284,7 @@ def web_figures(browser, artifact, row, images, labels, reference_fn, inputs, me
     kind = row["scores"]
     out = {"web_runtime": runtimes()[artifact.format]}
     if artifact.format == "tflite" and kind in CLASSLESS:
-        shape = "a token sequence" if kind == "tokens" else "a feature vector"
+        shape = describe_output(kind, shape=False)
         return {**out, "web_unsupported": f"MediaPipe's ImageClassifier reads classes; the file outputs {shape}"}
     if artifact.format == "tflite" and artifact.dynamic_size:
         return {**out, "web_unsupported": "not run: the file's height and width are dynamic (MediaPipe resizes "

@@ -15,7 +15,7 @@ import shutil
 
 from keras_vit.common import files as _files
 from export.modes import FLOAT32
-from export.scores import CLASSLESS
+from export.scores import CLASSLESS, describe_output
 from export.web_check import PACKAGES, WEB_DIR, WebCheckUnavailable, node_modules, package_version
 
 PAGE_FILES = ("index.html", "app.js")
@@ -37,9 +37,7 @@ def choose_artifact(report):
         ValueError: no `.tflite` file passed, or the files output a token sequence (no classes to show).
     """
     if report.get("scores") in CLASSLESS:
-        shape = "a token sequence (batch, tokens, hidden_size)" if report["scores"] == "tokens" else (
-            "a feature vector (batch, hidden_size)")
-        raise ValueError(f"--web shows classes, and the model outputs {shape}")
+        raise ValueError(f"--web shows classes, and the model outputs {describe_output(report['scores'])}")
     passed = [r for r in report["artifacts"] if r["format"] == "tflite" and r["passed"] and "web_unsupported" not in r
               and report.get("tflite_image_size") != "dynamic"]
     if not passed:
