@@ -48,7 +48,8 @@ install: system-deps $(STAMP) $(WEB_STAMP)
 # The best small-data recipe of benchmarks.recipes within 1.5x the paper recipe's training time (issue 26,
 # docs/recipes.md); tests/test_demo.py reads this line.
 DEMO_TRAIN_FLAGS := --recipe mixup-smoothing
-# Every TFLite mode (TensorFlow's converter and LiteRT Quantizer's) and every ONNX mode; tests/test_demo.py reads this line.
+# TensorFlow's four TFLite modes, four of LiteRT Quantizer's five (not int8_mixed16) and three of the four ONNX modes
+# (not float32_fused; docs/export.md's table has them all); tests/test_demo.py reads this line.
 DEMO_EXPORT_FLAGS := --calibration-data digits --quantization float32,float16,dynamic_int8,int8,int16x8,weight_only_int8,weight_only_int4,dynamic_int4 --onnx-quantization float32,dynamic_int8,int8
 
 demo: install

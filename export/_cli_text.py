@@ -14,6 +14,7 @@ FLAGS = {
     "include_preprocessing": "--include-preprocessing", "int8_io_type": "--int8-io-type", "io_type": "--int8-io-type",
     "opset": "--opset", "batch_size": "--batch-size", "scores": "--scores", "image_size": "--image-size",
     "overwrite": "--overwrite", "profile": "--profile", "directory": "--calibration-data", "input_range": "--input-range",
+    "batch_size=None": "--batch-size dynamic",
 }
 # Names other tools (TensorFlow's converter and docs, onnxruntime, ML Kit) give the modes, and common typos of kind:
 # each mode's record (`export.modes`)
@@ -96,8 +97,10 @@ def what_to_try(report):
                     "(--calibration-data FOLDER)")
     count = report.get("num_verification_images") or 0
     if decisions and 0 < count < 100:  # a folder's 20% held out: one flip is more than a bar's margin
-        tips.append(f"verify on more images: {count} were held out (20% of a --calibration-data folder), so one "
-                    f"flip costs {100 / count:.1f} points of agreement")
+        source = ("were held out (20% of a --calibration-data folder)" if report.get("calibration_data") else
+                  "were seeded noise images (no --calibration-data: give a folder of real images)")
+        tips.append(f"verify on more images: {count} {source}, so one flip costs {100 / count:.1f} points of "
+                    "agreement")
     left_out, kept = [], []
     for fmt, flag in (("tflite", "--quantization"), ("onnx", "--onnx-quantization")):
         bad = list(dict.fromkeys(r["quantization"] for r in failed if r["format"] == fmt))

@@ -135,7 +135,7 @@ _TFLITE = (
          REFERENCE + "; NPUs with int16 activations",
          "XNNPACK has no int16 kernels, so a CPU runs every op on LiteRT's reference kernels",
          "int8 weights, int16 activations, calibrated: for NPUs and DSPs with int16 activations",
-         aliases=("16x8", "int16", "int16-activations", "a16w8", "w8a16")),
+         aliases=("int16", "int16-activations", "a16w8", "w8a16")),  # "16x8" is TFLITE_REFUSED's: named there
     Mode("weight_only_int8", "tflite", "litert_quantizer", "int8", "float32", {"decisive_top1_agreement": 0.99},
          {"cosine": 0.999}, XNNPACK, "int8 weights dequantised to float32 at load",
          "int8 weights dequantised at load: dynamic_int8's size with float accuracy",
@@ -222,12 +222,16 @@ def mode(fmt, name):
 
 def markdown_table():
     """docs/export.md's table of modes, made from the records (a test holds the docs to it)."""
-    lines = ["| format | mode | file | what it is | bars | runs fast on | made by |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| format | mode | file | what it is | bars | runs fast on | made by | options |",
+             "|---|---|---|---|---|---|---|---|"]
     for mode in (*_TFLITE, *_ONNX):
         bars = ", ".join(f"{key} {value}" for key, value in mode.tolerances.items())
         made = mode.converter.replace("_", " ") + (", calibrated" if mode.calibrated else "") + \
             (", default" if mode.default else "")
+        options = [f"--int8-io-type {' / '.join(mode.io_types)}"] if len(mode.io_types) > 1 else []
+        if mode.format == "tflite":
+            options.append("--batch-size dynamic" if mode.dynamic_batch else "batch 1 only")
+            options.append("--image-size dynamic" if not mode.dynamic_size else "fixed height and width only")
         lines.append(f"| {mode.format} | `{mode.name}` | `{mode.file_name}` | {mode.help} | {bars} | "
-                     f"{mode.runs_fast_on} | {made} |")
+                     f"{mode.runs_fast_on} | {made} | {'; '.join(options) or '-'} |")
     return "\n".join(lines)

@@ -19,7 +19,7 @@ from export.onnx_fusion import check_fusion
 from export.onnx_quantization import ONNX_QUANTIZATIONS
 from export.output_folder import FORMATS, artifact_file, earlier_files
 from export.sizes import parse_image_size
-from export.tflite import QUANTIZATIONS, check_dynamic_size_quantization, check_quantization
+from export.tflite import IO_TYPES, QUANTIZATIONS, check_dynamic_size_quantization, check_quantization
 from export.web_check import check_available as check_web_available
 
 
@@ -125,6 +125,8 @@ def make_plan(model, output_dir, *, formats, quantizations, calibration_data, la
     tflite_modes = tuple(parse_list(quantizations, QUANTIZATIONS, "quantization")) if "tflite" in formats else ()
     onnx_modes = tuple(parse_list(onnx_quantization, ONNX_QUANTIZATIONS, "onnx_quantization")) \
         if "onnx" in formats else ()
+    if int8_io_type not in IO_TYPES:
+        raise ValueError(f"`int8_io_type` must be one of {', '.join(IO_TYPES)}. Received: int8_io_type={int8_io_type!r}")
     takers = [m for m in TFLITE if int8_io_type in TFLITE[m].io_types]
     for q in tflite_modes:
         check_quantization(q, int8_io_type if q in takers else FLOAT32)
@@ -137,6 +139,10 @@ def make_plan(model, output_dir, *, formats, quantizations, calibration_data, la
                          "which is not requested")
     if batch_size not in (None, 1):
         raise ValueError(f"`batch_size` must be 1 or None (dynamic). Received: batch_size={batch_size!r}")
+    for q in tflite_modes if batch_size is None else ():
+        if not TFLITE[q].dynamic_batch:  # refused before any conversion, not when its turn comes
+            raise ValueError(f"quantization {q!r} needs a .tflite batch of 1: {TFLITE[q].batch_refused}. Received: a "
+                             "dynamic batch (batch_size=None)")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ValueError(f"output_dir {output_dir!r} is a file, not a folder")
     _files.check_writable_folder(output_dir, "output_dir")

@@ -408,6 +408,8 @@ def load_vit(path):
     import keras_vit  # noqa: F401  (registers the layers for deserialisation)
     from keras_vit.layers import PatchEncoder, Patches
 
+    if os.path.isdir(path):
+        raise ValueError(f"{path!r} is a folder: give the model's .keras file (e.g. {os.path.join(path, 'model.keras')!r})")
     if not os.path.isfile(path):
         raise ValueError(f"model file not found: {path!r}")
     if not zipfile.is_zipfile(path):

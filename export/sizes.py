@@ -150,7 +150,7 @@ def parse_image_size(value, model, argument="image_size"):
             raise ValueError(f"{argument}=dynamic needs a model of any resolution (built with input_shape=(None, None, C)); "
                              f"this model's input is fixed at {model_image_shape(model)}. Received: {argument}={value!r}")
         return "dynamic"
-    items = value.replace("x", ",").split(",") if isinstance(value, str) else (
+    items = value.lower().replace("x", ",").split(",") if isinstance(value, str) else (
         [value] if not isinstance(value, (tuple, list)) else list(value))
     try:
         sizes = [int(v.strip()) if isinstance(v, str) else v for v in items]

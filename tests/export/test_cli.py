@@ -116,6 +116,7 @@ def _plain_keras_file(tmp_path):
         (lambda m, t: [m, "--calibration-data", str(t / "junk_images")], "(10 bytes) cannot be read: Unknown image file format"),
         (lambda m, t: [m, "--calibration-data", str(t / "one_image")],
          "an image folder is split 80/20 into calibration and verification images, and this one cannot be"),
+        (lambda m, t: [str(t)], "is a folder: give the model's .keras file"),  # a fresh-user review (issue 44)
     ],
 )
 def test_bad_input_exits_2_with_message_and_writes_nothing(trained_vit, tmp_path, capsys, make_args, message):
@@ -132,6 +133,31 @@ def test_bad_input_exits_2_with_message_and_writes_nothing(trained_vit, tmp_path
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not out.exists() or not os.listdir(out)
+
+
+def test_a_mode_that_needs_a_batch_of_1_is_refused_in_the_plan_before_any_conversion(trained_vit, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """A fresh-user review (issue 44): int8_mixed16 with --batch-size dynamic was refused when its turn came, after
+    the SavedModel and the float32 file had been made; the plan refuses it before any work."""
+    from export import pipeline
+
+    monkeypatch.setattr(pipeline, "ServingGraph", lambda *a, **k: pytest.fail("an export started"))
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([trained_vit[1], "--formats", "saved_model,tflite", "--quantization", "float32,int8_mixed16",
+                  "--batch-size", "dynamic", "--output-dir", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "quantization 'int8_mixed16' needs a .tflite batch of 1" in err and "(--batch-size dynamic)" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_int8_io_type_outside_the_modes_io_types_is_named(trained_vit, tmp_path):
+    from export.pipeline import export_all
+
+    model = keras.saving.load_model(trained_vit[1])
+    with pytest.raises(ValueError, match=r"`int8_io_type` must be one of float32, int8, uint8. Received: "
+                                         r"int8_io_type='uint16'"):
+        export_all(model, str(tmp_path / "out"), int8_io_type="uint16")
 
 
 @pytest.mark.parametrize("flag", ["--output-dir", "--web"])

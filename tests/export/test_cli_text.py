@@ -151,7 +151,10 @@ def test_what_to_try_an_untrained_model_and_few_verification_images():
     untrained = {"artifacts": [dict(_row("tflite", q, False, same), keras_constant_outputs=True)
                                for q in ("float32", "int8")]}
     assert _cli_text.what_to_try(untrained).startswith("what to try: train the model first")
-    few = {"num_verification_images": 29, "artifacts": [_row("tflite", "float32", True),
-                                                         _row("tflite", "int8", False, ["decisive_top1_agreement = 0.9655"])]}
+    few = {"num_verification_images": 29, "calibration_data": "photos", "artifacts": [
+        _row("tflite", "float32", True), _row("tflite", "int8", False, ["decisive_top1_agreement = 0.9655"])]}
     assert "verify on more images: 29 were held out (20% of a --calibration-data folder), so one flip costs 3.4 points" \
         in _cli_text.what_to_try(few)
+    noise = {**few, "calibration_data": None}  # a fresh-user review (issue 44): no folder was given to hold out from
+    assert ("verify on more images: 29 were seeded noise images (no --calibration-data: give a folder of real images)"
+            in _cli_text.what_to_try(noise))

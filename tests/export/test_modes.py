@@ -89,8 +89,10 @@ def test_each_record_is_complete_and_a_name_has_one_set_of_bars():
             assert set(mode.tolerances) <= {"relative_max_abs_diff", "decisive_top1_agreement", "accuracy_drop"}
             assert set(mode.token_tolerances) <= {"relative_max_abs_diff", "cosine"} and mode.token_tolerances
             assert not set(mode.aliases) & set(table), mode.name  # an alias never shadows a mode's own name
-            assert tolerances.TOLERANCES[mode.name] == mode.tolerances
-            assert tolerances.TOKEN_TOLERANCES[mode.name] == mode.token_tolerances
+            one_set = (f"{mode.format} {mode.name!r}: a name both formats have holds one set of bars "
+                       "(export.tolerances.TOLERANCES is keyed by name): change both records")
+            assert tolerances.TOLERANCES[mode.name] == mode.tolerances, one_set
+            assert tolerances.TOKEN_TOLERANCES[mode.name] == mode.token_tolerances, one_set
     assert _cli_text.QUANTIZATION_ALIASES["int4"] == ("dynamic_int4", "weight_only_int4")
     assert _cli_text.ONNX_QUANTIZATION_ALIASES["qdq"] == "int8"
 
