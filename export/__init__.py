@@ -36,8 +36,8 @@ import sys as _sys
 
 if _importlib_util.find_spec("tensorflow") is None:  # looked up, not imported: its start-up stays quiet (_console)
     _message = ("The export package (SavedModel, TFLite, ONNX) needs TensorFlow, which is not installed here. "
-                "Install it with: pip install 'keras-vit-applications[export]' (or "
-                "'keras-vit-applications[tensorflow]'); a .keras file saved on any Keras backend exports.")
+                "Install it with: pip install -e '.[export]' in the keras_vit checkout (or '.[tensorflow]'); a "
+                ".keras file saved on any Keras backend exports.")
     if _os.path.basename(_sys.argv[0]) in ("keras-vit-export", "-m"):  # the command line: one line, exit 2
         print(f"keras-vit-export: error: {_message}", file=_sys.stderr)
         raise SystemExit(2)

@@ -30,7 +30,7 @@ def say_skipped_once(reason):
     """Prints the reason MediaPipe is skipped, once per process."""
     if not _SKIP_SAID:
         _SKIP_SAID.append(reason)
-        print(f"MediaPipe check skipped: {reason}; install mediapipe (pip install 'keras-vit-applications[export]')", flush=True)
+        print(f"MediaPipe check skipped: {reason}; install mediapipe (pip install --no-deps mediapipe==1.2.3 after the export extra, as make install does)", flush=True)
 
 
 def to_frames(images):

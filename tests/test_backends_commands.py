@@ -41,19 +41,19 @@ for module in ("keras_vit.data", "keras_vit.pretraining"):
     try:
         __import__(module)
     except ImportError as error:
-        assert "pip install 'keras-vit-applications[tensorflow]'" in str(error), str(error)
+        assert "pip install -e '.[tensorflow]' in the keras_vit checkout" in str(error), str(error)
     else:
         raise AssertionError(module + " imported without TensorFlow")
 try:
     weights.resample_position_embedding(np.zeros((1, 17, 8)), (6, 6), 1, interpolation="bicubic")
 except ImportError as error:
-    assert "keras-vit-applications[tensorflow]" in str(error) and "bicubic" in str(error)
+    assert "pip install -e '.[tensorflow]'" in str(error) and "bicubic" in str(error)
 else:
     raise AssertionError("bicubic without TensorFlow")
 try:
     import export
 except ImportError as error:
-    assert "pip install 'keras-vit-applications[export]'" in str(error), str(error)
+    assert "pip install -e '.[export]' in the keras_vit checkout" in str(error), str(error)
 else:
     raise AssertionError("export imported without TensorFlow")
 from keras_vit.common import console as _console
@@ -73,7 +73,8 @@ print("OK", keras.backend.backend())
     assert result.returncode == 0 and f"OK {backend}" in result.stdout, result.stdout[-2000:] + result.stderr[-4000:]
     for prog in ("keras-vit-train", "keras-vit-pretrain"):
         assert (f"{prog}: error: {prog} (its input pipelines are tf.data) needs TensorFlow, which is not installed "
-                f"here (Keras backend: {backend!r}). Install it with: pip install 'keras-vit-applications[tensorflow]'") in result.stderr
+                f"here (Keras backend: {backend!r}). Install it with: pip install -e '.[tensorflow]' in the keras_vit "
+                "checkout") in result.stderr
 
 
 PARTIAL_BATCHES = r"""
@@ -136,23 +137,50 @@ def test_jax_data_parallel_fits_evaluates_and_predicts_any_data_set_size(tmp_pat
     assert result.returncode == 0 and "OK" in result.stdout, result.stdout[-2000:] + result.stderr[-4000:]
 
 
+# One process a backend for all of test_tensorflow_only_entry_points_say_so_on_other_backends (one Keras start-up on
+# JAX or PyTorch, not one per command): keras-vit-train's main() for each refusal (a JSON list of flag lists in
+# argv[1]), its exit status on stdout and its messages on stderr after a marker of its own; then `import keras, export`
+# last and uncaught, so that its ImportError ends the process with status 1. export's backend check is the first thing
+# it does, on whether Keras is imported and on what backend: what ran before in this process does not enter it.
+ENTRY_POINTS = r"""
+import json, sys
+from keras_vit.train import main
+for argv in json.loads(sys.argv[1]):
+    print("REFUSAL", file=sys.stderr, flush=True)
+    try:
+        main(argv)
+    except SystemExit as exit:
+        print("EXIT", exit.code, flush=True)
+    else:
+        print("EXIT 0", flush=True)
+    sys.stderr.flush()
+print("IMPORT EXPORT", file=sys.stderr, flush=True)
+import keras, export
+"""
+
+
 @pytest.mark.parametrize("backend", OTHERS)
 def test_tensorflow_only_entry_points_say_so_on_other_backends(backend, tmp_path):
     """`import export` after Keras started on JAX/PyTorch, and keras-vit-train --strategy mirrored there."""
-    result = run("import keras, export", backend, timeout=300)
+    refusals = [["--output-dir", str(tmp_path / "run"), "--epochs", "1", "--strategy", "mirrored"]]
+    if backend == "jax":  # XLA:CPU has no float16 matrix product: refused before any work, not an XLA error mid-fit
+        refusals.append(["--output-dir", str(tmp_path / "f16"), "--epochs", "1", "--precision", "mixed_float16"])
+    result = run(ENTRY_POINTS, backend, json.dumps(refusals), timeout=300)
+    assert result.stdout.split("\n")[:len(refusals)] == ["EXIT 2"] * len(refusals), result.stdout[-2000:] + \
+        result.stderr[-3000:]
+    assert result.stderr.count("IMPORT EXPORT\n") == 1, result.stderr[-3000:]
+    before_export, export_stderr = result.stderr.split("IMPORT EXPORT\n")
+    stderrs = before_export.split("REFUSAL\n")[1:]
+    assert len(stderrs) == len(refusals)
     assert result.returncode == 1
     assert f"ImportError: The export package runs on Keras' TensorFlow backend, and Keras already runs on {backend!r}" \
-        in result.stderr, result.stderr[-3000:]
-    result = run("from keras_vit.train import main; main()", backend, "--output-dir", str(tmp_path / "run"),
-                  "--epochs", "1", "--strategy", "mirrored", timeout=300)
-    assert result.returncode == 2 and not (tmp_path / "run").exists()
+        in export_stderr, result.stderr[-3000:]
+    assert not (tmp_path / "run").exists()
     assert (f"--strategy mirrored is a tf.distribute strategy, which runs on the TensorFlow backend only "
-            f"(KERAS_BACKEND={backend} here)") in result.stderr, result.stderr[-3000:]
-    if backend == "jax":  # XLA:CPU has no float16 matrix product: refused before any work, not an XLA error mid-fit
-        result = run("from keras_vit.train import main; main()", backend, "--output-dir", str(tmp_path / "f16"),
-                      "--epochs", "1", "--precision", "mixed_float16", timeout=300)
-        assert result.returncode == 2 and not (tmp_path / "f16").exists()
-        assert "--precision mixed_float16: JAX's CPU backend has no float16 matrix product" in result.stderr
+            f"(KERAS_BACKEND={backend} here)") in stderrs[0], result.stderr[-3000:]
+    if backend == "jax":
+        assert not (tmp_path / "f16").exists()
+        assert "--precision mixed_float16: JAX's CPU backend has no float16 matrix product" in stderrs[1]
 
 
 @pytest.mark.parametrize("backend", OTHERS)

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from keras_vit import distribute
+from keras_vit import distribute, train
 
 TINY = ["--image-size", "16", "--patch-size", "4", "--hidden-size", "32", "--num-layers", "1", "--num-heads", "2",
         "--mlp-dim", "64", "--verbose", "0", "--seed", "0"]
@@ -24,6 +24,23 @@ def _train_command(out, *extra):
 
 def _train(out, *extra, timeout=600):
     return subprocess.run(_train_command(out, *extra), capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+def _main(capsys, out, *extra):
+    """The command of `_train_command` run in this process (`keras_vit.train.main`): (exit status, stdout, stderr).
+
+    For what needs no process of its own (a refusal, a run on this process' one CPU device): the same flags, checks,
+    files and messages (`python -m keras_vit.train` is `sys.exit(main())`), without a fresh TensorFlow import (some
+    5 s each). The subprocesses of this module remain where the process itself is what is tested: a kill, a resume,
+    logical CPU devices, several workers.
+    """
+    capsys.readouterr()  # what came before
+    try:
+        code = train.main(["--output-dir", str(out), *TINY, *extra])
+    except SystemExit as e:  # a refusal: parser.exit(2, message)
+        code = e.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 def _weights(path):
@@ -54,16 +71,18 @@ def test_get_strategy_and_its_errors(monkeypatch):
         distribute.get_strategy("default", devices=["/cpu:0"])
 
 
-def test_tpu_strategy_without_a_tpu_is_a_clear_error():
-    result = _train("/tmp/unused-tpu-run", "--strategy", "tpu", "--epochs", "1", timeout=300)
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "--strategy tpu: no TPU could be reached" in result.stderr  # issue 25: named by its flag
-    result = _train("/tmp/unused-tpu-run", "--strategy", "tpu", "--tpu", "no-such-tpu", "--epochs", "1", timeout=300)
-    assert result.returncode == 2 and "--strategy tpu: no TPU could be reached" in result.stderr, result.stderr[-2000:]
+def test_tpu_strategy_without_a_tpu_is_a_clear_error(tmp_path, capsys):
+    code, _, err = _main(capsys, tmp_path / "unused-tpu-run", "--strategy", "tpu", "--epochs", "1")
+    assert code == 2, err[-2000:]
+    assert "--strategy tpu: no TPU could be reached" in err  # issue 25: named by its flag
+    code, _, err = _main(capsys, tmp_path / "unused-tpu-run", "--strategy", "tpu", "--tpu", "no-such-tpu",
+                         "--epochs", "1")
+    assert code == 2 and "--strategy tpu: no TPU could be reached" in err, err[-2000:]
+    assert not (tmp_path / "unused-tpu-run").exists()
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
+def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path, capsys):
     # With the deit recipe: RandAugment, erasing, Mixup and CutMix are replayed, and stochastic depth draws the
     # masks of an uninterrupted run (its seed states are in the backup: keras_vit.cli.run_files.backup_callback).
     args = ["--epochs", "4", "--batch-size", "16", "--recipe", "deit"]
@@ -94,9 +113,9 @@ def test_killed_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
     assert not (out / "model.keras").exists()
     assert json.loads(metadata.read_text())["epoch"] in (2, 3)
     assert json.loads((out / "backup" / "run.json").read_text())["epochs"] == 4  # the flags the backup belongs to
-    other = _train(out, *args, "--seed", "7")  # another command: refused, kept
-    assert other.returncode == 2 and "holds the backup of an interrupted run of another command (--seed 0 then, " \
-        "7 now): rerun that command to resume it" in other.stderr, other.stderr[-3000:]
+    code, _, err = _main(capsys, out, *args, "--seed", "7")  # another command: refused (in this process), kept
+    assert code == 2 and "holds the backup of an interrupted run of another command (--seed 0 then, " \
+        "7 now): rerun that command to resume it" in err, err[-3000:]
     resumed = _train(out, *args)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming the interrupted run backed up in {out / 'backup'}: " in resumed.stdout
@@ -118,19 +137,22 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 import keras, numpy as np
 import keras_vit
 from keras_vit import data, distribute, training
-keras.utils.set_random_seed(0)
-strategy = distribute.get_strategy(sys.argv[1], devices=["/cpu:0", "/cpu:1"] if sys.argv[1] == "mirrored" else None)
-train = distribute.shard(data.digits("train", image_size=16, batch_size=64, shuffle=False))
-with strategy.scope():
-    model = keras_vit.VisionTransformer(patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
-                                        input_shape=(16, 16, 3), classes=10, classifier_activation=None)
-    # XLA cannot compile a replica step whose variables sit on another logical CPU device (docs/traps.md).
-    training.compile_model(model, total_steps=3 * int(train.cardinality()), learning_rate=3e-3, jit_compile=False)
-history = model.fit(train, epochs=3, verbose=0, shuffle=False)
-print("RESULT", json.dumps({"loss": history.history["loss"], "replicas": strategy.num_replicas_in_sync,
-                            "jit": bool(model.jit_compile), "cpu_only": distribute.cpu_only(strategy),
-                            "collectives": distribute.needs_cpu_collectives(strategy),
-                            "auto": distribute.choose_xla("auto", strategy, "float32")[0]}))
+results = {}
+for name in sys.argv[1:]:  # each from the same seed, in this one process of two logical CPUs
+    keras.utils.set_random_seed(0)
+    strategy = distribute.get_strategy(name, devices=["/cpu:0", "/cpu:1"] if name == "mirrored" else None)
+    train = distribute.shard(data.digits("train", image_size=16, batch_size=64, shuffle=False))
+    with strategy.scope():
+        model = keras_vit.VisionTransformer(patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
+                                            input_shape=(16, 16, 3), classes=10, classifier_activation=None)
+        # XLA cannot compile a replica step whose variables sit on another logical CPU device (docs/traps.md).
+        training.compile_model(model, total_steps=3 * int(train.cardinality()), learning_rate=3e-3, jit_compile=False)
+    history = model.fit(train, epochs=3, verbose=0, shuffle=False)
+    results[name] = {"loss": history.history["loss"], "replicas": strategy.num_replicas_in_sync,
+                     "jit": bool(model.jit_compile), "cpu_only": distribute.cpu_only(strategy),
+                     "collectives": distribute.needs_cpu_collectives(strategy),
+                     "auto": distribute.choose_xla("auto", strategy, "float32")[0]}
+print("RESULT", json.dumps(results))
 """
 
 
@@ -140,11 +162,13 @@ def _result(stdout):
 
 @pytest.mark.slow
 def test_mirrored_over_two_cpus_follows_the_one_device_loss_curve():
-    runs = {}
-    for name in ("default", "mirrored"):
-        r = subprocess.run([sys.executable, "-c", MIRRORED, name], capture_output=True, text=True, timeout=600, env=ENV)
-        assert r.returncode == 0, r.stderr[-3000:]
-        runs[name] = _result(r.stdout)
+    # Both runs in one process (one TensorFlow import, not two): the one-device run on the default strategy first,
+    # then MirroredStrategy over the two logical CPUs, each seeded anew: the set-up each had in a process of its own.
+    r = subprocess.run([sys.executable, "-c", MIRRORED, "default", "mirrored"], capture_output=True, text=True,
+                       timeout=600, env=ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = _result(r.stdout)
+    assert sorted(runs) == ["default", "mirrored"]
     assert runs["default"]["replicas"] == 1 and runs["mirrored"]["replicas"] == 2
     assert runs["mirrored"]["cpu_only"] and runs["mirrored"]["collectives"] and not runs["mirrored"]["auto"]
     assert runs["default"]["cpu_only"] and not runs["default"]["collectives"] and runs["default"]["auto"]
@@ -220,7 +244,7 @@ def _max_diff(a, b):
 
 
 @pytest.mark.slow
-def test_multi_worker_on_two_local_processes_ends_with_identical_weights(tmp_path):
+def test_multi_worker_on_two_local_processes_ends_with_identical_weights(tmp_path, capsys, monkeypatch):
     """Two workers on 127.0.0.1 end with the weights of one process that trains on the same global batches.
 
     Same data, seed, global batch (16: 8 per worker) and steps (8), with SGD and with AdamW. Measured here: the
@@ -231,14 +255,17 @@ def test_multi_worker_on_two_local_processes_ends_with_identical_weights(tmp_pat
     gradients the workers ended 0.21 apart; with the all-reduced gradients doubled (a wrong loss scale) 0.020
     away, after clipping. Each is over 2000 times the tolerance.
     """
-    env = {k: v for k, v in ENV.items() if k != "TF_CONFIG"}
-    one = subprocess.run([sys.executable, "-c", WORKER, str(tmp_path / "one"), "default"], capture_output=True,
-                         text=True, timeout=600, env=env)
-    assert one.returncode == 0, one.stderr[-3000:]
+    # The one-process run is WORKER itself, run in this process (no TF_CONFIG, the default strategy): one
+    # TensorFlow import fewer; its initial weights are checked below to be the workers' own.
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setattr(sys, "argv", ["-c", str(tmp_path / "one"), "default"])
+    capsys.readouterr()
+    exec(compile(WORKER, "<WORKER>", "exec"), {"__name__": "__main__"})
+    one_stdout = capsys.readouterr().out
     outputs = _run_workers(lambda i: [sys.executable, "-c", WORKER, str(tmp_path / f"w{i}"), "multi_worker"])
     results = [_result(stdout) for stdout, _ in outputs]
     assert [r["replicas"] for r in results] == [2, 2] and [r["chief"] for r in results] == [True, False]
-    assert _result(one.stdout) == {"replicas": 1, "chief": True, "sgd": 8, "adamw": 8}
+    assert _result(one_stdout) == {"replicas": 1, "chief": True, "sgd": 8, "adamw": 8}
     assert [(r["sgd"], r["adamw"]) for r in results] == [(8, 8), (8, 8)]  # the same number of steps
     for optimizer in ("sgd", "adamw"):
         a, b, alone, start, start_w0 = (np.load(tmp_path / f"{name}.npz") for name in (
@@ -263,24 +290,24 @@ def test_cli_multi_worker_chief_writes_the_model_and_the_other_worker_nothing(tm
     assert not [p for p in (tmp_path / "out1").rglob("*") if p.is_file()]  # the other worker wrote nothing
 
 
-def test_cli_mirrored_without_gpus_runs_on_one_cpu_replica_with_xla(tmp_path):
-    result = _train(tmp_path, "--strategy", "mirrored", "--epochs", "1", "--batch-size", "64")
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_cli_mirrored_without_gpus_runs_on_one_cpu_replica_with_xla(tmp_path, capsys):
+    code, _, err = _main(capsys, tmp_path, "--strategy", "mirrored", "--epochs", "1", "--batch-size", "64")
+    assert code == 0, err[-3000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["strategy"] == "mirrored" and metrics["replicas"] == 1 and metrics["jit_compile"] is True
     assert not (tmp_path / "backup").exists()
 
 
-def test_backup_dir_that_holds_other_files_is_refused(tmp_path):
+def test_backup_dir_that_holds_other_files_is_refused(tmp_path, capsys):
     keep = tmp_path / "mydata"
     keep.mkdir()
     (keep / "notes.txt").write_text("precious")
-    result = _train(tmp_path / "out", "--backup-dir", str(keep), "--epochs", "1")
-    assert result.returncode == 2 and "holds other files (notes.txt)" in result.stderr
-    result = _train(tmp_path / "out", "--backup-dir", str(tmp_path / "out"), "--epochs", "1")
-    assert result.returncode == 2 and "must not be or contain --output-dir" in result.stderr
-    result = _train(tmp_path / "out", "--tpu", "x", "--epochs", "1")
-    assert result.returncode == 2 and "--tpu applies to --strategy tpu only" in result.stderr
+    code, _, err = _main(capsys, tmp_path / "out", "--backup-dir", str(keep), "--epochs", "1")
+    assert code == 2 and "holds other files (notes.txt)" in err, err[-2000:]
+    code, _, err = _main(capsys, tmp_path / "out", "--backup-dir", str(tmp_path / "out"), "--epochs", "1")
+    assert code == 2 and "must not be or contain --output-dir" in err, err[-2000:]
+    code, _, err = _main(capsys, tmp_path / "out", "--tpu", "x", "--epochs", "1")
+    assert code == 2 and "--tpu applies to --strategy tpu only" in err, err[-2000:]
     assert (keep / "notes.txt").read_text() == "precious"
     with pytest.raises(TypeError, match="`dataset` must be a tf.data.Dataset. Received: list"):
         distribute.shard([1, 2, 3])
@@ -301,11 +328,12 @@ def test_choose_xla_auto_turns_xla_off_only_where_it_is_slower_or_cannot_compile
         distribute.choose_xla(True, strategy, "float32")
 
 
-def test_cli_mixed_bfloat16_on_cpu_trains_without_xla_unless_forced(tmp_path):
-    result = _train(tmp_path / "auto", "--precision", "mixed_bfloat16", "--epochs", "1")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "mixed_bfloat16 on CPU: training without XLA" in result.stderr
+def test_cli_mixed_bfloat16_on_cpu_trains_without_xla_unless_forced(tmp_path, capsys):
+    code, _, err = _main(capsys, tmp_path / "auto", "--precision", "mixed_bfloat16", "--epochs", "1")
+    assert code == 0, err[-3000:]
+    assert "mixed_bfloat16 on CPU: training without XLA" in err
     assert json.loads((tmp_path / "auto" / "metrics.json").read_text())["jit_compile"] is False
-    result = _train(tmp_path / "on", "--precision", "mixed_bfloat16", "--epochs", "1", "--xla", "on")
-    assert result.returncode == 0, result.stderr[-3000:]
+    code, _, err = _main(capsys, tmp_path / "on", "--precision", "mixed_bfloat16", "--epochs", "1", "--xla", "on")
+    assert code == 0, err[-3000:]
+    assert "training without XLA" not in err
     assert json.loads((tmp_path / "on" / "metrics.json").read_text())["jit_compile"] is True

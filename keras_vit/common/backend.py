@@ -11,7 +11,8 @@ naming the extra to install when TensorFlow is missing.
 
 import keras
 
-EXTRA = "pip install 'keras-vit-applications[tensorflow]'"
+# the distribution (keras-vit-applications) is installed from its checkout; PyPI's keras-vit is another project
+EXTRA = "pip install -e '.[tensorflow]' in the keras_vit checkout"
 
 
 def backend():
@@ -30,7 +31,7 @@ def tensorflow(purpose):
 
     Raises:
         ImportError: TensorFlow is not installed; the message names `purpose`
-            and the extra that installs it (`keras-vit-applications[tensorflow]`).
+            and the extra that installs it (`pip install -e '.[tensorflow]'`).
     """
     try:
         import tensorflow as tf
