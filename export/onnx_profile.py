@@ -46,6 +46,7 @@ def profiling_session(path, num_threads, profile_prefix=None):
 
 
 def first_line(error):
+    """`export.verify.first_line` of an error, or its type's name when its text is empty."""
     return verify_first_line(error) or type(error).__name__
 
 

@@ -38,6 +38,12 @@ def _tflite_interpreter(path):
 
 
 def tflite_invoke(interpreter, images):
+    """Runs an allocated LiteRT interpreter on float32 `images` `(n, h, w, c)` (resized to that batch if needed);
+    an integer input or output is quantised and dequantised with the tensor's scale and zero point.
+
+    Returns:
+        float32 outputs `(n, ...)`.
+    """
     inp = interpreter.get_input_details()[0]
     out = interpreter.get_output_details()[0]
     if tuple(inp["shape"]) != images.shape:

@@ -313,6 +313,8 @@ def _score_kind(model, artifact):
 
 
 def first_line(error):
+    """The first non-blank line of an error's text, at most 300 characters ("" for an empty text): the one-line
+    cause a report and the command lines show."""
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     return lines[0][:300] if lines else ""
 
