@@ -4,7 +4,9 @@ the checks that need no data, and what to try when a quantised file fails its ba
 import os
 
 from keras_vit.common import cli_text as _cli
-from export.modes import FLOAT32, FORMATS, aliases
+from export.calibration import STABILITY_HALF
+from export.modes import FLOAT32, FORMATS, aliases, names
+from export.verify import decision_failure
 
 # export_all's (and its helpers') parameters -> keras-vit-export's flags, for `keras_vit.common.cli_text.flag_names`
 FLAGS = {
@@ -56,6 +58,28 @@ def check_arguments(args, formats, quantizations, refused, onnx_quantizations):
                          f"{data!r} is neither an existing folder nor a data set TFDS knows (--calibration-data)")
 
 
+def _measured_causes(found, failed_tflite):
+    """The tips for the causes `export.calibration.diagnose` measured, most telling first; [] when it found none."""
+    tips = []
+    if found.get("near_chance"):
+        return [f"train the model first: its held-out accuracy is {found['keras_accuracy']:.1%}, near chance "
+                f"({found['chance_accuracy']:.1%}), so its decisions are close everywhere and any rounding flips them"]
+    if found.get("outlier_channels"):
+        cpu = [m for m in names("tflite", activations="int8_matmuls") if m not in failed_tflite]
+        npu = [m for m in names("tflite", activations="int8_int16") if m not in failed_tflite]
+        fixes = [f"{m} (phone CPUs: float32 LayerNorms, int8 matrix products after the exact LayerNorm rewrite)"
+                 for m in cpu] + [f"{m} (NPUs with int16 activations)" for m in npu]
+        tips.append(f"the model has outlier channels after its LayerNorms (the widest {found['outlier_ratio']:.0f}x "
+                    "the median one, export.reparameterize.outlier_ratio), which one int8 scale per tensor cannot hold"
+                    + (f": use {' or '.join(fixes)}" if fixes else ""))
+    count = found.get("calibration_images") or 0
+    if found.get("unstable") or 0 < count < 2 * STABILITY_HALF:
+        tips.append(f"calibrate on more images, like the ones the model will classify (--calibration-data FOLDER): "
+                    f"{count} calibrated it" + (f", and {', '.join(found['unstable'])} changed with the half of them "
+                                                "used" if found.get("unstable") else ""))
+    return tips
+
+
 def what_to_try(report):
     """One sentence naming what to try when quantised files failed verification, or "" when none did.
 
@@ -70,8 +94,6 @@ def what_to_try(report):
         calibrated mode that missed a decision bar; failed float32 files (a
         fault, not a mode to tune) add nothing.
     """
-    from export.verify import decision_failure
-
     rows = report.get("artifacts", [])
     seen = [f for r in rows for f in r["failures"] if " verification files as another picture than keras_vit.data" in f]
     if seen:  # export.app_files: an app opens the files otherwise, float32 included; no mode or calibration changes that
@@ -89,10 +111,14 @@ def what_to_try(report):
         return ""
     tips = []
     decisions = [r for r in failed if decision_failure(r)]
-    if decisions:
+    found = report.get("quantization_diagnosis") or {}  # what the export measured (export.calibration.diagnose)
+    measured = _measured_causes(found, [r["quantization"] for r in decisions if r["format"] == "tflite"])
+    tips.extend(measured)
+    if decisions and not measured:
         tips.append("train the model longer or on more data (a model whose decisions are close flips more of them "
                     "when quantised)")
-    if any(FORMATS[r["format"]][r["quantization"]].calibrated for r in decisions if r["format"] in FORMATS):
+    if not measured and any(FORMATS[r["format"]][r["quantization"]].calibrated for r in decisions
+                            if r["format"] in FORMATS):
         tips.append("calibrate on more or other images, like the ones the model will classify "
                     "(--calibration-data FOLDER)")
     count = report.get("num_verification_images") or 0

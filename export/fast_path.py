@@ -15,9 +15,11 @@ benchmarks/findings/edge-table-int8.md):
   XNNPACK, 51 partitions): about 4x float32's latency. `dynamic_int4` keeps
   the same int4 weights inside XNNPACK's matrix products and is fast.
 
-Full-integer int8 is the only mode an integer-only accelerator (Edge TPU,
-NNAPI or QNN DSPs, MCU NPUs) can run whole; on a CPU it runs on XNNPACK
-too. The export report's `runs_fast_on` and the table's column come from
+The integer-only modes (full_integer_int8 with int8 activations, and
+int8_mixed16 with int16 where a ViT needs them) are the ones an
+integer-only accelerator (Edge TPU, NNAPI or QNN DSPs, MCU NPUs) can run
+whole. The phone-CPU file is int8: int8 matrix products and float32
+LayerNorms, softmax and GELU, all inside XNNPACK (issue 45). The export report's `runs_fast_on` and the table's column come from
 `FAST_PATH`; the op profile (`--profile`, `export.profile.tflite_profile`)
 measures which ops XNNPACK takes in the file itself.
 """

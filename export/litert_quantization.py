@@ -1,12 +1,22 @@
 """TFLite modes made by LiteRT Quantizer from the float32 `.tflite` file (issue 11, item 4).
 
 TensorFlow 2.21's converter makes "float32", "float16", "dynamic_int8" and
-"int8" (`export.tflite`). The modes here start from the float32 flatbuffer
+"full_integer_int8" (`export.tflite`). The modes here start from the float32 flatbuffer
 that TensorFlow's converter writes from the same `ServingGraph`, and
 quantise it with LiteRT Quantizer (package `litert-quantizer`, formerly
 ai-edge-quantizer; `litert_quantizer.Quantizer`), using the configurations
 of its recipes (`litert_quantizer.recipe`) and its default policy:
 
+- "int8" (issue 45), the phone-CPU file: int8 activations (symmetric, one
+  scale per tensor, zero point 0) only in and out of the matrix products
+  and the layout ops between them (`INT8_MATMUL_OPS`), int8 weights per
+  output channel; the LayerNorm arithmetic, SOFTMAX, GELU and the residual
+  adds stay float32, with QUANTIZE / DEQUANTIZE between, which XNNPACK
+  runs inside one partition (ViT-Ti/16 judge: 562 ops, 1 off XNNPACK, 2
+  partitions). After the exact LayerNorm rewrite, like "int8_mixed16", and
+  followed by the sensitivity pass (`export.sensitivity`). Min/max
+  calibrated like "int16x8". Float32 I/O; not integer-only (NPUs take
+  "full_integer_int8" or "int8_mixed16").
 - "int16x8": int8 weights (symmetric, one scale per output channel) and
   int16 activations (symmetric, one scale per tensor), min/max-calibrated
   on the same representative images as "int8" (each tensor's range is the
@@ -84,6 +94,11 @@ LITERT_QUANTIZATIONS = names("tflite", converter="litert_quantizer")
 CALIBRATED = tuple(m for m in LITERT_QUANTIZATIONS if TFLITE[m].calibrated)
 # The int16 ops of a mode with activations "int8_int16" (int8_mixed16), by output tensor name (LiteRT Quantizer matches each regex against them) and op type:
 # a LayerNorm's arithmetic (keras_vit's norm_1, norm_2, encoder_norm), the residual adds, every softmax
+# The int8 ops of a mode with activations "int8_matmuls" (int8): every matrix product and the layout ops between the
+# attention's projections and its two batch matmuls (head split and merge), so that no float copy sits between them.
+# Every other op (LayerNorm arithmetic, SOFTMAX, GELU, the residual and position-embedding ADDs, the class token's
+# slice and concatenation) stays float32, with QUANTIZE / DEQUANTIZE between, which XNNPACK runs in its partition.
+INT8_MATMUL_OPS = ("FULLY_CONNECTED", "BATCH_MATMUL", "CONV_2D", "DEPTHWISE_CONV_2D", "RESHAPE", "TRANSPOSE")
 MIXED16_OPS = (
     (r".*norm[^/]*/.*", ("MEAN", "SUB", "MUL", "RSQRT", "ADD")),
     (r".*transformer_block_\d+(_\d+)?/add[^/]*$", ("ADD",)),
@@ -118,8 +133,32 @@ def _float_io(manager):
         manager.add_quantization_config(".*", io, algorithm_key=AlgorithmName.NO_QUANTIZE)
 
 
-def recipe(quantization):
+def _int8_matmuls(manager, weight_bits, keep_float):
+    """int8 on `INT8_MATMUL_OPS` only: symmetric int8 activations (zero point 0, which XNNPACK needs on a batch
+    matmul's second operand, `export.int8_graph`), int8 weights per output channel; the ops whose output tensor
+    name matches a regex of `keep_float` stay float32 (the sensitivity pass); float32 I/O."""
+    from litert_quantizer import qtyping
+    from litert_quantizer.algorithm_manager import AlgorithmName
+
+    config = qtyping.OpQuantizationConfig(
+        activation_tensor_config=qtyping.TensorQuantizationConfig(num_bits=8, symmetric=True),
+        weight_tensor_config=qtyping.TensorQuantizationConfig(
+            num_bits=weight_bits, symmetric=True, granularity=qtyping.QuantGranularity.CHANNELWISE),
+        compute_precision=qtyping.ComputePrecision.INTEGER, explicit_dequantize=False)
+    for op in INT8_MATMUL_OPS:
+        manager.add_quantization_config(".*", getattr(qtyping.TFLOperationName, op),
+                                        algorithm_key=AlgorithmName.MIN_MAX_UNIFORM_QUANT, op_config=config)
+    for regex in keep_float:  # later rules win in LiteRT Quantizer's recipe
+        manager.add_quantization_config(regex, qtyping.TFLOperationName.ALL_SUPPORTED,
+                                        algorithm_key=AlgorithmName.NO_QUANTIZE)
+    _float_io(manager)
+
+
+def recipe(quantization, keep_float=()):
     """The LiteRT Quantizer recipe (a list of dicts, JSON-serialisable) of one of `LITERT_QUANTIZATIONS`.
+
+    `keep_float`: regexes of op output tensor names that stay float32 ("int8" only: the layers its sensitivity pass
+    keeps out of int8, `export.sensitivity`).
 
     Raises:
         ValueError: `quantization` is not one of `LITERT_QUANTIZATIONS`.
@@ -140,6 +179,8 @@ def recipe(quantization):
         manager.add_weight_only_config(".*", every, num_bits=weight_bits)
     elif mode.activations == "dynamic":
         manager.add_dynamic_config(".*", every, num_bits=weight_bits)
+    elif mode.activations == "int8_matmuls":
+        _int8_matmuls(manager, weight_bits, keep_float)
     else:  # static: int16, int8, or int8 with int16 on MIXED16_OPS
         activation_bits = 16 if mode.activations == "int16" else 8
         manager.add_static_config(".*", every, activation_num_bits=activation_bits, weight_num_bits=weight_bits)
@@ -152,7 +193,15 @@ def recipe(quantization):
     return manager.get_quantization_recipe()
 
 
-def quantize(float_content, quantization, samples=None, name="model", num_threads=None, progress=True):
+def quantize(float_content, quantization, samples=None, name="model", num_threads=None, progress=True, keep_float=(),
+             calibration=None):
+    """`quantize_with_ranges`' file alone: the new flatbuffer's bytes (see there)."""
+    return quantize_with_ranges(float_content, quantization, samples, name, num_threads, progress, keep_float,
+                                calibration)[0]
+
+
+def quantize_with_ranges(float_content, quantization, samples=None, name="model", num_threads=None, progress=True,
+                         keep_float=(), calibration=None):
     """Quantises a float32 `.tflite` flatbuffer with LiteRT Quantizer; returns the new flatbuffer's bytes.
 
     Args:
@@ -167,9 +216,13 @@ def quantize(float_content, quantization, samples=None, name="model", num_thread
         num_threads: LiteRT threads for calibration (default: the CPU count).
         progress: bool; False hides LiteRT Quantizer's own tqdm bars (it
             shows them for any model of 100 ops or more, whatever it is told).
+        keep_float: see `recipe`.
+        calibration: the ranges of an earlier call on the same file and
+            samples (`calibrate_min_max`'s dict), reused instead of calibrating again.
 
     Returns:
-        bytes of a self-contained flatbuffer (`inline_buffers`).
+        `(bytes, ranges)`: a self-contained flatbuffer (`inline_buffers`), and the calibrated ranges
+        (`calibrate_min_max`'s dict, or `calibration` as given; None for a mode without calibration).
 
     Raises:
         ValueError: unknown mode; "int16x8" without calibration images.
@@ -185,7 +238,7 @@ def quantize(float_content, quantization, samples=None, name="model", num_thread
     from ai_edge_litert.interpreter import Interpreter
     from litert_quantizer import Quantizer
 
-    quantizer = Quantizer(bytes(float_content), recipe(quantization))
+    quantizer = Quantizer(bytes(float_content), recipe(quantization, keep_float))
     # its calibration and transformation bars are tqdm bars on stderr: shown on a terminal when progress is on
     bars = contextlib.nullcontext() if progress and sys.stderr.isatty() else contextlib.redirect_stderr(io.StringIO())
     try:
@@ -194,8 +247,7 @@ def quantize(float_content, quantization, samples=None, name="model", num_thread
             # only" (seen on a terminal, where the bars are not redirected): what the calibration needs, not a fault
             warnings.filterwarnings("ignore", message=r"Warning: Enabling `experimental_preserve_all_tensors`",
                                     category=UserWarning)
-            calibration = None
-            if quantizer.need_calibration:
+            if quantizer.need_calibration and calibration is None:
                 signatures = Interpreter(model_content=bytes(float_content)).get_signature_list()
                 (key, signature), = signatures.items()
                 (input_name,) = signature["inputs"]
@@ -207,7 +259,7 @@ def quantize(float_content, quantization, samples=None, name="model", num_thread
     content = inline_buffers(bytes(result.quantized_model))
     if not quantized_weight_types(content):
         raise RuntimeError(f"{name}: LiteRT Quantizer left no quantised weight in the {quantization!r} file")
-    return content
+    return content, calibration
 
 
 def calibrate_min_max(quantizer, signature_key, input_name, samples, num_threads):

@@ -32,16 +32,23 @@ def artifact_file(fmt, quantization="float32", pixels=False):
     return f"model_{quantization}{suffix}.tflite"
 
 
+def manifest_file(path):
+    """The calibration manifest beside a calibrated file (`export.calibration`): `model_int8.tflite` ->
+    `model_int8.tflite.calibration.json` (a path gives a path)."""
+    return f"{path}.calibration.json"
+
+
 def earlier_files(output_dir, keep):
     """Names of the export files in `output_dir` that `keep` (the new report's artifact names) does not hold.
 
-    An export file is any name `artifact_file` gives (every format, mode and `pixels`), or an artifact that the
-    folder's earlier `report.json` lists. The user's own other files are never named. Returns a sorted list.
+    An export file is any name `artifact_file` gives (every format, mode and `pixels`) and the calibration manifest
+    beside it (`manifest_file`), or an artifact that the folder's earlier `report.json` lists. The user's own other files are never named. Returns a sorted list.
     """
     if not os.path.isdir(output_dir):
         return []
     modes = {"saved_model": ["float32"], "tflite": QUANTIZATIONS, "onnx": ONNX_QUANTIZATIONS}
     names = {artifact_file(f, q, p) for f in FORMATS for q in modes[f] for p in (False, True)}
+    names |= {manifest_file(n) for n in names if n != artifact_file("saved_model", pixels=n.endswith("_pixels"))}
     try:
         with open(os.path.join(output_dir, "report.json")) as f:
             names |= {row["name"] for row in json.load(f).get("artifacts", []) if isinstance(row.get("name"), str)}

@@ -12,12 +12,13 @@ from export.input_range import RANGES, UNIT, UNREAD, describe, scale
 from export.modes import FLOAT32, ONNX
 from export.onnx_fusion import fused_nodes
 from export.plan import make_plan
-from export.output_folder import FORMATS, artifact_file, earlier_files
+from export.output_folder import FORMATS, artifact_file, earlier_files, manifest_file
 from export.signature import ServingGraph, prepare
 from export.sizes import is_dynamic, model_image_shape
 from export.tflite import CALIBRATED, DEFAULT_QUANTIZATIONS
 from export.app_files import check as check_app_files, held_out_files
-from export.images import load_data
+from export.images import DEFAULT_CALIBRATION_STEPS, load_data
+from export.calibration import check_calibrated_files
 from export.contract import artifact_contract, check_keras_accuracy, label_names as _label_names
 from export.fast_path import fast_path
 from export.scores import CLASSLESS, CLASSLESS_OUTPUTS, describe_output
@@ -210,7 +211,7 @@ def _export(plan, started):
     graph_size = size if size != "dynamic" and is_dynamic(model) else None
     # From the first artifact moved into place until report.json lands, a SIGTERM (under the CLI's
     # exit_on_sigterm) removes the artifacts and labels.txt too: a killed export leaves no files without a report.
-    finals = [*plan.targets, plan.labels_path]
+    finals = [*plan.targets, *map(manifest_file, plan.targets), plan.labels_path]
     try:
         # one float32 trace for every artifact (a model of any resolution: dynamic height and width)
         with ServingGraph(model, plan.include_preprocessing, scores=plan.scores, image_size=graph_size,
@@ -229,8 +230,9 @@ def _export(plan, started):
             for row in report["artifacts"]:
                 if row["format"] == "tflite" and row["passed"]:
                     row["profile"] = tflite_profile(row["path"], num_threads=1, measure_latency=plan.measure_latency)
-        earlier = earlier_files(plan.output_dir, [row["name"] for row in report["artifacts"] if row["passed"]]) \
-            if plan.overwrite else []
+        kept = [name for row in report["artifacts"] if row["passed"]
+                for name in (row["name"], *([manifest_file(row["name"])] if "calibration" in row else []))]
+        earlier = earlier_files(plan.output_dir, kept) if plan.overwrite else []
         if earlier:  # an earlier export's files (--overwrite): the folder holds what its report names, no more
             report["removed_earlier_files"] = earlier
         with _files.staged(plan.report_path, plan.overwrite) as tmp:
@@ -320,30 +322,34 @@ def _export_verified(graph, plan):
         if "tflite" in plan.formats:  # one graph of the TFLite batch (and size) for every TFLite mode
             tflite_graph, owned = prepare(graph, include_preprocessing, plan.batch_size,
                                           dynamic_size=plan.image_size == "dynamic")
+        def make(fmt, q, staged_path, samples):
+            """Writes one artifact (unverified) from the graph, calibrated on `samples` where its mode is."""
+            if fmt == "saved_model":
+                export_saved_model(graph, staged_path, include_preprocessing, verify=False)
+            elif fmt == "onnx":
+                export_onnx(graph, staged_path, plan.opset, include_preprocessing, verify=False, quantization=q,
+                            representative_data=samples if ONNX[q].calibrated else None)
+            else:
+                export_tflite(
+                    tflite_graph,
+                    staged_path,
+                    quantization=q,
+                    representative_data=samples if q in CALIBRATED else None,
+                    io_type=plan.io_type(q),
+                    metadata={"labels": label_names, "scores": graph.score_kind},
+                    include_preprocessing=include_preprocessing,
+                    batch_size=plan.batch_size,
+                    verify=False,
+                    image_size="dynamic" if tflite_graph.dynamic_size else None,
+                )
+
         artifacts, errors = [], []
         for fmt, q in plan.artifacts:
             name = artifact_file(fmt, q, include_preprocessing)
             staged_path = os.path.join(stage, name)
             print(f"exporting {name} ...", flush=True)
             try:  # each is verified below, on the held-out images, all against the same float32 twin
-                if fmt == "saved_model":
-                    export_saved_model(graph, staged_path, include_preprocessing, verify=False)
-                elif fmt == "onnx":
-                    export_onnx(graph, staged_path, plan.opset, include_preprocessing, verify=False, quantization=q,
-                                representative_data=calibration if ONNX[q].calibrated else None)
-                else:
-                    export_tflite(
-                        tflite_graph,
-                        staged_path,
-                        quantization=q,
-                        representative_data=calibration if q in CALIBRATED else None,
-                        io_type=plan.io_type(q),
-                        metadata={"labels": label_names, "scores": graph.score_kind},
-                        include_preprocessing=include_preprocessing,
-                        batch_size=plan.batch_size,
-                        verify=False,
-                        image_size="dynamic" if tflite_graph.dynamic_size else None,
-                    )
+                make(fmt, q, staged_path, calibration)
             except RuntimeError as e:  # a converter failed or wrote something broken: the first line says why
                 cause, _, details = str(e).partition("\n")
                 print(f"  failed: {cause}", flush=True)
@@ -370,6 +376,9 @@ def _export_verified(graph, plan):
             apps = " and ".join(["MediaPipe"] * plan.mediapipe + ["the --web page"] * plan.web_check)
             print(f"opening the {len(files)} verification files as {apps} does ...", flush=True)
             app_files = check_app_files(graph, results, files, eval_images, web=plan.web_check, mediapipe=plan.mediapipe)
+        calibration_warnings, diagnosis = check_calibrated_files(
+            results, artifacts, make, graph, calibration[:DEFAULT_CALIBRATION_STEPS], plan.calibration_data, eval_images)
+        warnings.extend(calibration_warnings)
         for row in results:
             row["contract"] = artifact_contract(row["path"], row["format"], graph)
             if row["format"] == "onnx" and ONNX[row["quantization"]].converter == "onnxruntime_transformers":  # what onnxruntime's optimizer fused (Attention, Gelu, ...)
@@ -382,8 +391,12 @@ def _export_verified(graph, plan):
             if row["passed"]:
                 _files.track(final)  # removed by a SIGTERM until report.json lands (export_all)
                 _files.promote(row["path"], final, plan.overwrite)
+                if "calibration" in row:  # its manifest beside it (export.calibration)
+                    _files.track(manifest_file(final))
+                    _files.promote(manifest_file(row["path"]), manifest_file(final), plan.overwrite)
             elif plan.overwrite:  # asked to replace it, and the new one failed: no older file stays under its name
                 _files.remove(final)
+                _files.remove(manifest_file(final))
             row["path"] = final if row["passed"] else None
         report = {
             "model": graph.source.name,
@@ -411,6 +424,7 @@ def _export_verified(graph, plan):
             "labelled": eval_labels is not None,
             **({"web_runtimes": web_runtimes()} if plan.web_check else {}),
             **({"app_files": app_files} if app_files else {}),
+            **({"quantization_diagnosis": diagnosis} if diagnosis else {}),
             "artifacts": results + errors,
         }
         if not classless:

@@ -71,6 +71,19 @@ def _blocks(model):
     return [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
 
 
+def _rewrites(model):
+    """`[(LayerNorm, [the Dense / EinsumDense layers that read it])]` in depth order: each block's norm_1 (query, key
+    and value), norm_2 (mlp_dense_1), then encoder_norm (pre_logits, else the head)."""
+    pairs = []
+    for block in _blocks(model):
+        attention = block.attention
+        pairs.append((block.norm_1, [attention._query_dense, attention._key_dense, attention._value_dense]))
+        pairs.append((block.norm_2, [block.mlp_dense_1]))
+    reader = model.get_layer("pre_logits") if any(layer.name == "pre_logits" for layer in model.layers) \
+        else model.get_layer("predictions")
+    return pairs + [(model.get_layer("encoder_norm"), [reader])]
+
+
 def balance_layer_norms(model, images, batch_size=32):
     """A copy of a keras_vit ViT whose post-LayerNorm activations have balanced channel ranges (RepQ-ViT's
     reparameterisation, module doc), computing the same function.
@@ -80,7 +93,8 @@ def balance_layer_norms(model, images, batch_size=32):
             model, `include_top=True`): `TransformerBlock` layers, `encoder_norm`, `pooling` (class token or mean),
             an optional `pre_logits` and the head `predictions`.
         images: float32 calibration images `(n, height, width, channels)` in the range the model takes; the
-            channel ranges are measured on them.
+            channel ranges are measured on them. None: from the weights alone, each channel centred on its beta
+            and scaled by its |gamma| (exact as well; for a mode without calibration images, dynamic_int8).
         batch_size: images per forward pass.
 
     Returns:
@@ -95,24 +109,85 @@ def balance_layer_norms(model, images, batch_size=32):
                          f"a Dense head `predictions`. Received: a model with layers {sorted(layer.name for layer in model.layers)}")
     copy = keras.models.clone_model(model)
     copy.set_weights(model.get_weights())
+    if images is None:  # from the weights alone: LN(x)_j = gamma_j xhat_j + beta_j, xhat_j of unit scale
+        for norm, readers in _rewrites(copy):
+            gamma, beta = (np.asarray(w, "float64") for w in norm.get_weights())
+            spread = np.maximum(np.abs(gamma), 1e-6 * np.abs(gamma).mean() + 1e-12)
+            _fold(norm, beta, _scales(spread), readers)
+        return copy
     images = np.asarray(images, "float32")
     # what each block reads, and what the first linear layer after encoder_norm reads (the pooled tokens: the class
     # token's slice and the token mean both keep channels, so the centre and scale pass through them exactly)
     taps = keras.Model(copy.inputs, [b.input for b in _blocks(copy)] + [copy.get_layer("pooling").output])
     inputs = taps.predict(images, batch_size=batch_size, verbose=0)
+    outputs = []  # each rewritten LayerNorm's output on the images, in `_rewrites` order
     for block, x in zip(_blocks(copy), inputs[:-1]):
         first = np.asarray(block.norm_1(x))
         mid = x + np.asarray(block.attention(first, first, training=False))
-        attention = block.attention
-        centre, spread = _stats(first)
-        _fold(block.norm_1, centre, _scales(spread),
-              [attention._query_dense, attention._key_dense, attention._value_dense])
-        centre, spread = _stats(np.asarray(block.norm_2(mid)))
-        _fold(block.norm_2, centre, _scales(spread), [block.mlp_dense_1])
-    reader = copy.get_layer("pre_logits") if any(layer.name == "pre_logits" for layer in copy.layers) \
-        else copy.get_layer("predictions")
-    centre, spread = _stats(inputs[-1])
-    _fold(copy.get_layer("encoder_norm"), centre, _scales(spread), [reader])
+        outputs += [first, np.asarray(block.norm_2(mid))]
+    outputs.append(inputs[-1])
+    for (norm, readers), values in zip(_rewrites(copy), outputs):
+        centre, spread = _stats(values)
+        _fold(norm, centre, _scales(spread), readers)
+    return copy
+
+
+def outlier_ratio(model, images, batch_size=32):
+    """How uneven the channels after the model's LayerNorms are: over every LayerNorm the rewrite reads
+    (`balance_layer_norms`), the largest ratio of a channel's half-range to the median channel's, on `images`
+    (float32, the range the model takes). About 1-5 on a ViT without outlier channels; `with_outlier_channels`'
+    factor 30 reads about 30 (an int8 tensor with one scale then spends most of its levels on those channels).
+
+    Returns:
+        float >= 1, or None for a model `rewritable` refuses.
+    """
+    if not rewritable(model):
+        return None
+    images = np.asarray(images, "float32")
+    taps = keras.Model(model.inputs, [b.input for b in _blocks(model)] + [model.get_layer("pooling").output])
+    inputs = taps.predict(images, batch_size=batch_size, verbose=0)
+    spreads = []
+    for block, x in zip(_blocks(model), inputs[:-1]):
+        first = np.asarray(block.norm_1(x))
+        spreads.append(_stats(first)[1])
+        mid = x + np.asarray(block.attention(first, first, training=False))
+        spreads.append(_stats(np.asarray(block.norm_2(mid)))[1])
+    spreads.append(_stats(inputs[-1])[1])
+    return float(max(spread.max() / max(np.median(spread), 1e-12) for spread in spreads))
+
+
+def with_outlier_channels(model, channels=(0, 1, 2, 3), factor=30.0):
+    """A copy of a keras_vit ViT with a trained ViT's post-LayerNorm outlier channels, made exactly: the function is
+    the same (within float32 rounding, `check_exact`), the int8 activations are not.
+
+    For every LayerNorm the rewrite reads (`balance_layer_norms`), the `channels`' gamma and beta are multiplied by
+    `factor` and the rows of the kernels that read them divided by it: `_fold` with centre 0 and scale 1 / factor on
+    those channels (issue 45: "gamma and beta of 4 channels times 30, the next projections' kernel rows divided by
+    30"). The LLM.int8 / RepQ-ViT observation that trained transformers have a few such channels, reproduced on a
+    small model for tests and benchmarks.
+
+    Args:
+        model: a model `balance_layer_norms` takes (`rewritable`).
+        channels: channel indices in [0, hidden_size).
+        factor: float > 0, how much wider those channels become.
+
+    Raises:
+        ValueError: a model `rewritable` refuses, a channel out of range or a factor <= 0.
+    """
+    if not rewritable(model):
+        raise ValueError("with_outlier_channels needs a keras_vit ViT with encoder blocks, `encoder_norm`, `pooling` "
+                         "and a Dense head `predictions`")
+    width = model.get_layer("encoder_norm").get_weights()[0].shape[0]
+    if not channels or any(not 0 <= int(c) < width for c in channels) or not factor > 0:
+        raise ValueError(f"`channels` must be indices in [0, {width}) and `factor` > 0. "
+                         f"Received: channels={channels!r}, factor={factor!r}")
+    copy = keras.models.clone_model(model)
+    copy.set_weights(model.get_weights())
+    scale = np.ones(width)
+    scale[list(channels)] = 1.0 / factor
+    centre = np.zeros(width)
+    for norm, readers in _rewrites(copy):
+        _fold(norm, centre, scale, readers)
     return copy
 
 
@@ -139,7 +214,9 @@ def balanced_graph(graph, samples):
 
     Args:
         graph: an `export.signature.ServingGraph`.
-        samples: float32 calibration images `(n, h, w, c)` in the artifact's input range (`graph.input_range`).
+        samples: float32 calibration images `(n, h, w, c)` in the artifact's input range (`graph.input_range`), or
+            None: the rewrite from the weights alone (`balance_layer_norms(model, None)`), proven exact on 8 seeded
+            images.
 
     Returns:
         `(new graph, True)` (the caller closes it), or `(graph, False)` where the model is not a ViT this rewrite
@@ -151,8 +228,13 @@ def balanced_graph(graph, samples):
     model = graph.model
     if not rewritable(model):
         return graph, False
-    images = np.asarray(scale(samples, graph.input_range, graph.model_range), "float32")
-    balanced = balance_layer_norms(model, images)
+    if samples is None:
+        lo, hi = graph.model_range
+        images = np.random.default_rng(0).uniform(lo, hi, (8, *graph.image_shape)).astype("float32")
+        balanced = balance_layer_norms(model, None)
+    else:
+        images = np.asarray(scale(samples, graph.input_range, graph.model_range), "float32")
+        balanced = balance_layer_norms(model, images)
     check_exact(model, balanced, images[:64])
     new = ServingGraph(balanced, graph.include_preprocessing, graph.batch_size, graph.scores, graph.image_shape[:2],
                        graph.dynamic_size, graph.model_range)

@@ -9,12 +9,13 @@ import numpy as np
 
 from keras_vit.common import files as _files
 from keras_vit.layers.classifier_head import check_class_names
-from export.litert_quantization import missing_package
+from export.litert_quantization import missing_package, quantize_with_ranges
 from export.modes import FLOAT32, TFLITE, TFLITE_REFUSED, names
 from export.images import representative_samples
 from export.input_range import UNIT, scale
 from export.reparameterize import balanced_graph
 from export.scores import CLASSLESS, describe_output
+from export.sensitivity import keep_sensitive_in_float
 from export.signature import ServingGraph, prepare
 from export.sizes import parse_image_size
 from export.verify import Artifact, check_artifact, verification_images
@@ -55,8 +56,8 @@ def check_quantization(quantization, io_type="float32"):
 
     Raises:
         ValueError: `quantization` not in `QUANTIZATIONS` (or refused);
-            `io_type` not in `IO_TYPES`, or not "float32" for another mode
-            than "int8"; a LiteRT Quantizer mode without `litert-quantizer`
+            `io_type` not in `IO_TYPES`, or not "float32" for a mode whose
+            record does not take it (`Mode.io_types`); a LiteRT Quantizer mode without `litert-quantizer`
             installed (the message names the package and the pip command).
     """
     if quantization in REFUSED:
@@ -126,7 +127,7 @@ def export_tflite(
     (`ai_edge_litert`) and its op list checked: a Select-TF (Flex) or custom
     op makes the export fail. Then, unless `verify=False`, it is run in
     LiteRT against the float32 model on `verification_data` (default: the
-    calibration images for "int8", else a seeded batch of noise) with the
+    calibration images for a calibrated mode, else a seeded batch of noise) with the
     tolerances of `export.tolerances.TOLERANCES`; only a file that passes is
     moved to `path`.
 
@@ -142,12 +143,19 @@ def export_tflite(
     Quantisation modes (TensorFlow's post-training quantisation):
         "float32": no quantisation.
         "float16": float16 weights, float32 compute and I/O.
-        "dynamic_int8": int8 weights, activations quantised on the fly.
-        "int8": full-integer int8, calibrated on `representative_data`;
-            `io_type` "float32" (quantize/dequantize in the graph), "int8"
-            or "uint8" input and output.
+        "dynamic_int8": int8 weights, activations quantised on the fly,
+            after the exact LayerNorm rewrite from the weights alone.
+        "full_integer_int8": every op int8 (for NPUs), calibrated on
+            `representative_data`; `io_type` "float32" (quantize/dequantize
+            in the graph), "int8" or "uint8" input and output.
     LiteRT Quantizer's modes (`export.litert_quantization`; package
     `litert-quantizer`), made from the float32 file of the same graph:
+        "int8": the phone-CPU file: int8 matrix products (symmetric
+            activations) calibrated on `representative_data`, float32
+            LayerNorms, softmax, GELU and residual adds, after the exact
+            LayerNorm rewrite; the sensitivity pass keeps the few matrix
+            products int8 costs most in float32 (`export.sensitivity`);
+            float32 I/O.
         "int8_mixed16": integer-only, int8 matrix products with int16
             LayerNorms, residual adds and softmax, calibrated like "int8",
             after an exact LayerNorm reparameterisation; float32 I/O
@@ -166,9 +174,9 @@ def export_tflite(
             `export.signature.ServingGraph` of one.
         path: `.tflite` file to write (temporary name, then moved).
         quantization: one of `QUANTIZATIONS`.
-        representative_data: calibration images for "int8", "int8_mixed16" and "int16x8"; see
+        representative_data: calibration images for the calibrated modes (`CALIBRATED`); see
             `representative_samples` (tf.data, NumPy or image folder).
-        io_type: "float32" (default), "int8" or "uint8" (int8 only).
+        io_type: "float32" (default), "int8" or "uint8" (full_integer_int8 only).
         metadata: None, or a dict for `export.metadata.write_metadata`
             (key `labels`: the list of class names, one per model output;
             `scores`: default the graph's). `{}` takes the class names the
@@ -201,15 +209,15 @@ def export_tflite(
         ValueError: a bad `image_size` (not a multiple of the patch size, a
             fixed-size model's other size, "dynamic" for a fixed-size model
             or with a mode outside `DYNAMIC_SIZE_QUANTIZATIONS`);
-            unknown or refused quantization or io_type; "int8" or
-            "int16x8" without, or with empty, representative data; a
+            unknown or refused quantization or io_type; a calibrated mode
+            without, or with empty, representative data; a
             LiteRT Quantizer mode without `litert-quantizer` installed; a
             model Keras quantised itself; `metadata` labels that are not one
             per model output, or none at all (neither given nor in the model).
         FileExistsError: `path` exists and `overwrite` is False.
         RuntimeError: the conversion fails (the message's first line says
             why), or the converted file uses non-builtin (Flex/custom) ops or
-            does not load in LiteRT, or an "int8" file has a float op
+            does not load in LiteRT, or an integer-only file has a float op
             (`check_integer_only`); nothing is left at `path`.
         export.verify.VerificationError: the file's outputs are outside the
             mode's tolerance; nothing is left at `path`.
@@ -299,8 +307,8 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
     Args:
         graph: an `export.signature.ServingGraph`.
         quantization: one of `QUANTIZATIONS`.
-        samples: float32 calibration images `(n, h, w, c)` for "int8" and
-            "int16x8" (in the artifact's input scale).
+        samples: float32 calibration images `(n, h, w, c)` for the calibrated
+            modes (in the artifact's input scale).
         io_type: "float32", "int8" or "uint8" (int8 only).
         progress: bool, calibration progress bar on a terminal.
         name: the artifact's name, for messages.
@@ -309,15 +317,11 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
         RuntimeError: the converter (or LiteRT Quantizer) fails; the message
             starts with one line that says why (the converter's first
             error), the full converter output follows; or the file has
-            non-builtin ops; or an "int8" file has a float op
-            (`check_integer_only`).
+            non-builtin ops; or an integer-only file ("full_integer_int8",
+            "int8_mixed16") has a float op (`check_integer_only`).
     """
-    import tensorflow as tf
-
     mode = TFLITE[quantization]
     if mode.converter == "litert_quantizer":  # LiteRT Quantizer quantises TensorFlow's float32 file of the same graph
-        from export.litert_quantization import quantize
-
         source, owned = graph, False
         if mode.balance_layer_norms:  # RepQ-ViT's LayerNorm rewrite first, proven exact on the float model
             source, owned = balanced_graph(graph, samples)
@@ -326,7 +330,16 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
         finally:
             if owned:
                 source.close()
-        content = quantize(float_content, quantization, samples, name=name, progress=progress)
+        content, ranges = quantize_with_ranges(float_content, quantization, samples, name=name, progress=progress)
+        if mode.activations == "int8_matmuls":  # the sensitivity pass: the few matmuls int8 costs most stay float32
+            def requantize(keep_float):
+                return quantize_with_ranges(float_content, quantization, samples, name=name, progress=progress,
+                                            keep_float=keep_float, calibration=ranges)[0]
+
+            content, kept = keep_sensitive_in_float(float_content, content, samples, requantize, graph.score_kind)
+            if kept:
+                print(f"{os.path.basename(name)}: {len(kept)} matrix product(s) kept in float32 by the sensitivity "
+                      f"pass (export.sensitivity): {', '.join(n.split(';')[0] for n in kept)}", flush=True)
         check_builtin_ops(content, name)
         if mode.integer_only:  # its int8 attention matmuls, as TensorFlow's integer-only files below
             content = _integer_only(content, name)
@@ -334,6 +347,20 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
 
     # TensorFlow's converter, set from the record: float16 weights; int8 weights with dynamic activations; or every
     # tensor int8, calibrated (builtin int8 ops only)
+    if mode.balance_layer_norms:  # the exact LayerNorm rewrite first; from the weights alone without images
+        source, owned = balanced_graph(graph, samples if mode.calibrated else None)
+        if owned:
+            try:
+                return _tensorflow_convert(source, mode, samples, io_type, progress, name)
+            finally:
+                source.close()
+    return _tensorflow_convert(graph, mode, samples, io_type, progress, name)
+
+
+def _tensorflow_convert(graph, mode, samples, io_type, progress, name):
+    """TensorFlow's converter on the graph's SavedModel, set from the mode's record (see `convert`)."""
+    import tensorflow as tf
+
     converter = tf.lite.TFLiteConverter.from_saved_model(graph.saved_model_dir())
     if mode.weights != FLOAT32:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]

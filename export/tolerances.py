@@ -59,6 +59,9 @@ def compare(reference, outputs, labels=None, kind="probabilities"):
             outputs (a file that cannot tell images apart; `failures` fails
             it in every mode), keras_constant_outputs: the same of the
             reference;
+        per_class_agreement: {class index as str: [images, decisive top-1
+            agreement]} over the images Keras puts in that class (its top-1),
+            so that one class that flips is seen, not averaged away;
         with labels: accuracy, keras_accuracy, accuracy_drop (keras - artifact).
 
     `kind` ("probabilities", "logits" or "outputs") says how a one-output
@@ -122,6 +125,9 @@ def compare(reference, outputs, labels=None, kind="probabilities"):
     figures["top1_agreement"] = float((~flips).mean())
     figures["decisive_top1_agreement"] = float((~flips | near_tie).mean())
     figures["near_tie_flips"] = int(near_tie.sum())
+    kept = ~flips | near_tie
+    figures["per_class_agreement"] = {str(c): [int((top_ref == c).sum()), float(kept[top_ref == c].mean())]
+                                      for c in np.unique(top_ref)}
     if labels is not None:
         labels = np.asarray(labels).reshape(-1)
         figures["accuracy"] = float((top_out == labels).mean())
