@@ -48,9 +48,10 @@ install: system-deps $(STAMP) $(WEB_STAMP)
 # The best small-data recipe of benchmarks.recipes within 1.5x the paper recipe's training time (issue 26,
 # docs/recipes.md); tests/test_demo.py reads this line.
 DEMO_TRAIN_FLAGS := --recipe mixup-smoothing
-# TensorFlow's four TFLite modes, four of LiteRT Quantizer's five (not int8_mixed16) and three of the four ONNX modes
-# (not float32_fused; docs/export.md's table has them all); tests/test_demo.py reads this line.
-DEMO_EXPORT_FLAGS := --calibration-data digits --quantization float32,float16,dynamic_int8,int8,int16x8,weight_only_int8,weight_only_int4,dynamic_int4 --onnx-quantization float32,dynamic_int8,int8
+# TensorFlow's four TFLite modes (full_integer_int8 among them), five of LiteRT Quantizer's six (int8 among them; not
+# int8_mixed16) and three of the four ONNX modes (not float32_fused; docs/export.md's table has them all);
+# tests/test_demo.py reads this line.
+DEMO_EXPORT_FLAGS := --calibration-data digits --quantization float32,float16,dynamic_int8,int8,full_integer_int8,int16x8,weight_only_int8,weight_only_int4,dynamic_int4 --onnx-quantization float32,dynamic_int8,int8
 
 demo: install
 	$(PY) -m keras_vit.train $(DEMO_TRAIN_FLAGS) --output-dir runs/demo --overwrite

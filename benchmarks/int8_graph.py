@@ -3,8 +3,9 @@
     .venv/bin/python -m benchmarks.int8_graph [--model ViTTi16] [--image-size 224] [--rounds 5] [--runs 20]
 
 For one model (random weights, seed 0; logits output, batch 1): the float32 and full-integer int8
-TFLite files (TensorFlow's converter, 8 seeded calibration images) and the int8 file passed through
-`export.int8_graph.symmetric_matmul_operands`. For each file:
+(`full_integer_int8`, the NPU file) TFLite files (TensorFlow's converter, 8 seeded calibration images) and that
+file passed through `export.int8_graph.symmetric_matmul_operands`. The phone-CPU `int8` file (LiteRT Quantizer,
+float32 between its int8 matrix products) is not studied here. For each file:
 - its op profile (`export.profile.tflite_profile`): ops, ops on XNNPACK, XNNPACK partitions;
 - per-op-type time: LiteRT 2.3's Python API has no profiler, so every op is cut out of the file into
   a one-op model (same tensors, quantisation parameters and weights), fed its inputs' values from a
@@ -14,7 +15,7 @@ TFLite files (TensorFlow's converter, 8 seeded calibration images) and the int8 
 - batch-1 latency of the whole file on 1 and 2 threads, the files in alternation (`--rounds`), a
   figure being the median over rounds of the median of `--runs` calls; the ratio to float32 is the
   median over rounds of each round's ratio (the machine's load changes between rounds);
-- max |output - Keras| / max |Keras| on 16 seeded inputs, and the two int8 files against each other.
+- max |output - Keras| / max |Keras| on 16 seeded inputs, and the two full-integer files against each other.
 """
 
 import argparse
@@ -24,6 +25,10 @@ import tempfile
 from unittest import mock
 
 import numpy as np
+
+# The full-integer (integer-only) TFLite mode: TensorFlow's converter, every op int8 (`export.modes`)
+FULL = "full_integer_int8"
+SYMMETRIC = f"{FULL}, symmetric matmul operands"
 
 
 def op_times(path, runs=20):
@@ -86,17 +91,17 @@ def measure(name="ViTTi16", image_size=224, rounds=5, runs=20, folder=None, per_
     calibration = rng.uniform(-1, 1, (8, image_size, image_size, 3)).astype("float32")
     images = rng.uniform(-1, 1, (16, image_size, image_size, 3)).astype("float32")
     paths = {}
-    # "int8" is TensorFlow's converter's own file: export.tflite.convert's rewrite is switched off for it
+    # FULL is TensorFlow's converter's own file: export.tflite.convert's rewrite is switched off for it
     with ServingGraph(model, batch_size=1, scores="logits") as graph, \
             mock.patch("export.int8_graph.symmetric_matmul_operands", lambda content: (content, 0)):
-        for quantization in ("float32", "int8"):
+        for quantization in ("float32", FULL):
             paths[quantization] = os.path.join(folder, f"{name}_{quantization}.tflite")
             export_tflite(graph, paths[quantization], quantization=quantization, representative_data=calibration,
                           overwrite=True, progress=False, verify=False)
-    with open(paths["int8"], "rb") as f:
+    with open(paths[FULL], "rb") as f:
         content, changed = symmetric_matmul_operands(f.read())
-    paths["int8, symmetric matmul operands"] = os.path.join(folder, f"{name}_int8_symmetric.tflite")
-    with open(paths["int8, symmetric matmul operands"], "wb") as f:
+    paths[SYMMETRIC] = os.path.join(folder, f"{name}_{FULL}_symmetric.tflite")
+    with open(paths[SYMMETRIC], "wb") as f:
         f.write(content)
     reference = np.asarray(model.predict(images, verbose=0), "float64")
     outputs = {kind: _tflite_outputs(path, images) for kind, path in paths.items()}
@@ -118,13 +123,13 @@ def measure(name="ViTTi16", image_size=224, rounds=5, runs=20, folder=None, per_
         row["ms_1_thread"], row["ms_2_threads"] = (float(np.median(times[(row["path"], t)])) for t in (1, 2))
         row["ratio_1_thread"] = float(np.median(np.divide(times[(row["path"], 1)], times[(first, 1)])))
         row["per_op"] = op_times(row["path"], runs) if per_op else {}
-    int8 = outputs["int8"]
-    between = float(np.abs(outputs["int8, symmetric matmul operands"] - int8).max() / np.abs(int8).max())
+    full = outputs[FULL]
+    between = float(np.abs(outputs[SYMMETRIC] - full).max() / np.abs(full).max())
     return rows, {"tensors_rewritten": changed, "int8_files_apart": between}
 
 
 def markdown(rows, extra):
-    """The rows as two Markdown tables (files; per-op time of the int8 files)."""
+    """The rows as two Markdown tables (files; per-op time of each file)."""
     lines = ["| file | ops | on XNNPACK | partitions | off XNNPACK | ms, 1 thread | x float32 (median of rounds) "
              "| ms, 2 threads "
              "| max abs error / max abs Keras |", "|" + "---|" * 9]
@@ -133,8 +138,8 @@ def markdown(rows, extra):
         lines.append(f"| {r['file']} | {r['ops']} | {r['xnnpack_ops']} | {r['partitions']} | {off} | "
                      f"{r['ms_1_thread']:.2f} | {r['ratio_1_thread']:.2f} | {r['ms_2_threads']:.2f} | "
                      f"{r['error']:.2e} |")
-    lines.append(f"\nTensors rewritten: {extra['tensors_rewritten']}; the two int8 files' outputs apart by "
-                 f"{extra['int8_files_apart']:.2e} of the int8 outputs' max.\n")
+    lines.append(f"\nTensors rewritten: {extra['tensors_rewritten']}; the two {FULL} files' outputs apart by "
+                 f"{extra['int8_files_apart']:.2e} of the {FULL} outputs' max.\n")
     for r in rows:
         if not r["per_op"]:
             continue

@@ -35,58 +35,7 @@ import sys
 
 import numpy as np
 
-
-def _runs(path, images):
-    """Yields `(interpreter, value)` after each image's batch-1 run on the builtin kernels, every intermediate kept;
-    `value(index)` is that tensor as float64, dequantised when it is int8 / int16 with one scale."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    interpreter = Interpreter(model_path=path, experimental_preserve_all_tensors=True,
-                              experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-    interpreter.allocate_tensors()
-    detail = interpreter.get_input_details()[0]
-    details = interpreter.get_tensor_details()
-
-    def value(index):
-        v = interpreter.get_tensor(index).astype("float64")
-        q = details[index]["quantization_parameters"]
-        if details[index]["dtype"] in (np.int8, np.uint8, np.int16) and len(q["scales"]) == 1:
-            v = (v - q["zero_points"][0]) * q["scales"][0]
-        elif details[index]["dtype"] in (np.int8, np.int16, np.int32, np.int64) and len(q["scales"]) > 1:
-            # a per-channel weight or bias: one scale per index along quantized_dimension
-            shape = [1] * v.ndim
-            shape[q["quantized_dimension"]] = len(q["scales"])
-            v = (v - q["zero_points"].reshape(shape)) * q["scales"].reshape(shape)
-        elif details[index]["dtype"] in (np.int32, np.int64) and len(q["scales"]) == 1 and q["scales"][0] != 0:
-            v = (v - q["zero_points"][0]) * q["scales"][0]  # a per-tensor quantised bias
-        return v
-
-    if detail["dtype"] != np.float32:
-        raise ValueError(f"{path}: the input must be float32 images. Received: a {np.dtype(detail['dtype']).name} input")
-    for image in images:
-        interpreter.set_tensor(detail["index"], image[None].astype("float32"))
-        interpreter.invoke()
-        yield interpreter, value
-
-
-def tensors(path, images):
-    """`({tensor name: (op name, float64 values stacked over images)}, output values)`: every op output and the
-    model's output tensor, on the builtin kernels."""
-    values, ops, names, output = collections.defaultdict(list), None, None, []
-    for interpreter, value in _runs(path, images):
-        if ops is None:
-            ops = [(op["op_name"], op["outputs"][0]) for op in interpreter._get_ops_details() if len(op["outputs"])]
-            names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
-        for _, index in ops:
-            values[index].append(value(index))
-        output.append(value(interpreter.get_output_details()[0]["index"]))
-    return {names[index]: (name, np.stack(values[index])) for name, index in ops}, np.stack(output)
-
-
-def snr_db(reference, value):
-    """10 log10(sum reference^2 / sum (reference - value)^2), capped at 200 dB for equal tensors."""
-    noise = float(((reference - value) ** 2).sum())
-    return 200.0 if noise == 0 else float(10 * np.log10(max(float((reference ** 2).sum()), 1e-300) / noise))
+from export.layer_error import runs, snr_db, tensors
 
 
 def measure(float_path, paths, images):
@@ -184,7 +133,7 @@ def _reference_op(name, inputs, interpreter):
 def local_snr(path, images):
     """`{op: [dB per op]}`: each covered op's output against float64 of its own dequantised inputs (see above)."""
     out = collections.defaultdict(list)
-    for interpreter, value in _runs(path, images):
+    for interpreter, value in runs(path, images):
         for op in interpreter._get_ops_details():
             inputs = [(i, value(i)) for i in op["inputs"] if i >= 0]
             ideal = _reference_op(op["op_name"], inputs, interpreter) if inputs else None

@@ -2,8 +2,8 @@
 
     .venv/bin/python -m benchmarks.tflite_batch [--models demo,ViTTi16] [--rounds 5] [--runs 20]
 
-For each model (random weights, seed 0), the float32 and full-integer int8 (16 seeded calibration
-images) TFLite files are written with `batch_size=None` and `batch_size=1` from one serving graph
+For each model (random weights, seed 0), the float32 and full-integer int8 (`full_integer_int8`, 16 seeded
+calibration images) TFLite files are written with `batch_size=None` and `batch_size=1` from one serving graph
 per batch, profiled with `export.profile.tflite_profile` (op count, SHAPE/GATHER/REDUCE_PROD/PACK
 count, ops on XNNPACK, partitions) and timed at batch 1 with 1 and 2 LiteRT threads. The files are
 timed in alternation, `--rounds` times, so that the machine's load falls on all of them alike; a
@@ -18,6 +18,8 @@ import tempfile
 import numpy as np
 
 SHAPE_OPS = ("SHAPE", "GATHER", "REDUCE_PROD", "PACK")
+# the modes measured: float32 and TensorFlow's full-integer int8 file (`export.modes`), as in the finding
+MODES = ("float32", "full_integer_int8")
 
 
 def build(name):
@@ -49,7 +51,7 @@ def measure(names, rounds=5, runs=20, folder=None):
         calibration = np.random.default_rng(0).uniform(-1, 1, (16, *model.input_shape[1:])).astype("float32")
         for batch in (None, 1):
             with ServingGraph(model, batch_size=batch) as graph:
-                for quantization in ("float32", "int8"):
+                for quantization in MODES:
                     path = os.path.join(folder, f"{name}_{quantization}_{batch or 'dynamic'}.tflite")
                     export_tflite(graph, path, quantization=quantization, representative_data=calibration,
                                   batch_size=batch, overwrite=True, progress=False, verify=False)

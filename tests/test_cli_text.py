@@ -6,13 +6,14 @@ import pytest
 
 from keras_vit.common import cli_text as _cli
 
-QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8", "int16x8", "weight_only_int8", "weight_only_int4",
-                 "dynamic_int4")
+QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8", "full_integer_int8", "int16x8", "weight_only_int8",
+                 "weight_only_int4", "dynamic_int4")
 
 
 @pytest.mark.parametrize("typed,meant", [
     ("fp16", ["float16"]), ("FP32", ["float32"]), ("int8-dynamic", ["dynamic_int8"]), ("Dynamic-Int8", ["dynamic_int8"]),
     ("flaot16", ["float16"]), ("int4", ["dynamic_int4", "weight_only_int4"]), ("16x8", ["int16x8"]), ("bogus", []),
+    ("uint8", ["full_integer_int8"]), ("full-int8", ["full_integer_int8"]),
 ])
 def test_did_you_mean_with_aliases(typed, meant):
     from export._cli_text import QUANTIZATION_ALIASES
@@ -49,7 +50,8 @@ FLAGS = {"opset": "--opset", "calibration_data": "--calibration-data", "overwrit
     ("image_size (--image-size) 24,24 resizes a keras_vit ViT itself", "--image-size 24,24 resizes a keras_vit ViT itself"),
     ("quantization='int8' with image_size='dynamic' is refused; export it at a fixed image_size (--image-size H,W)",
      "--quantization int8 with --image-size dynamic is refused; export it at a fixed --image-size H,W"),
-    ("int8_io_type='uint8' applies to the 'int8' TFLite file", "--int8-io-type uint8 applies to the 'int8' TFLite file"),
+    ("int8_io_type='uint8' applies to the 'full_integer_int8' TFLite file",
+     "--int8-io-type uint8 applies to the 'full_integer_int8' TFLite file"),
     ("unknown onnx_quantization 'float16'", "unknown --onnx-quantization float16"),
     ("output_dir 'a b' is a file, not a folder", "--output-dir 'a b' is a file, not a folder"),
     ("pass real images (calibration_data / --calibration-data)", "pass real images (--calibration-data)"),

@@ -10,8 +10,9 @@ def test_dynamic_batch_adds_shape_ops_and_partitions_batch_one_has_none(tmp_path
 
     rows = measure(["tiny"], rounds=1, runs=2, folder=str(tmp_path))
     table = {(r["quantization"], r["batch"]): r for r in rows}
-    assert set(table) == {("float32", 1), ("float32", "dynamic"), ("int8", 1), ("int8", "dynamic")}
-    for q in ("float32", "int8"):
+    assert set(table) == {("float32", 1), ("float32", "dynamic"), ("full_integer_int8", 1),
+                          ("full_integer_int8", "dynamic")}
+    for q in ("float32", "full_integer_int8"):
         dynamic, fixed = table[(q, "dynamic")], table[(q, 1)]
         assert dynamic["shape_ops"] > 0 and fixed["shape_ops"] == 0
         assert dynamic["ops"] > fixed["ops"] and dynamic["partitions"] > fixed["partitions"]

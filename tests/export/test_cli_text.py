@@ -26,7 +26,12 @@ def no_data(monkeypatch):
 
 @pytest.mark.parametrize("flags,message", [
     (["--quantization", "float32,fp16"], "--quantization: unknown mode 'fp16'; did you mean 'float16'? Choose from "
-                                         "float32, float16, dynamic_int8, int8, int16x8, weight_only_int8"),
+                                         "float32, float16, dynamic_int8, int8, full_integer_int8, int16x8, "
+                                         "weight_only_int8"),
+    # TensorFlow's and NPU vendors' names of the full-integer file lead to it, not to the phone-CPU int8 (issue 45)
+    (["--quantization", "uint8"], "--quantization: unknown mode 'uint8'; did you mean 'full_integer_int8'?"),
+    (["--quantization", "full-int8"], "did you mean 'full_integer_int8'?"),
+    (["--quantization", "int8-cpu"], "did you mean 'int8'?"),
     (["--quantization", "int8-dynamic"], "did you mean 'dynamic_int8'?"),
     (["--quantization", "fp32"], "did you mean 'float32'?"),
     (["--quantization", "flaot16"], "did you mean 'float16'?"),
@@ -42,7 +47,9 @@ def no_data(monkeypatch):
     (["--opset", "11", "--calibration-data", "digits"], "--opset must be an int in [13, 18] (tf2onnx 1.17). "
                                                         "Received: --opset 11"),
     (["--quantization", "float16", "--int8-io-type", "uint8", "--calibration-data", "digits"],
-     "--int8-io-type uint8 applies to the 'int8' TFLite file, which is not requested"),
+     "--int8-io-type uint8 applies to the 'full_integer_int8' TFLite file, which is not requested"),
+    (["--quantization", "float32,int8", "--int8-io-type", "uint8", "--calibration-data", "digits"],
+     "--int8-io-type uint8 applies to the 'full_integer_int8' TFLite file, which is not requested"),
 ])
 def test_bad_flags_name_the_flag_and_what_was_meant_before_the_data_is_read(trained_vit, tmp_path, capsys, no_data,
                                                                             flags, message):
@@ -118,12 +125,13 @@ def test_what_to_try_fits_what_failed():
         == ("what to try: train the model longer or on more data (a model whose decisions are close flips more of "
             "them when quantised); or leave float16 out: --quantization float32")
     # a conversion that failed: only leaving the mode out helps; ONNX modes by their own flag
-    report = {"artifacts": [_row("tflite", "int8", False, ["the int8 file is not integer-only"]),
+    report = {"artifacts": [_row("tflite", "full_integer_int8", False,
+                                 ["the full_integer_int8 file is not integer-only"]),
                             _row("onnx", "float32", True), _row("onnx", "int8", False, bar)]}
     assert _cli_text.what_to_try(report) == (
         "what to try: train the model longer or on more data (a model whose decisions are close flips more of them "
         "when quantised); calibrate on more or other images, like the ones the model will classify "
-        "(--calibration-data FOLDER); or leave int8 and int8 (ONNX) out: --quantization float32 "
+        "(--calibration-data FOLDER); or leave full_integer_int8 and int8 (ONNX) out: --quantization float32 "
         "--onnx-quantization float32")
 
 

@@ -119,9 +119,9 @@ def test_dynamic_saved_model_and_onnx_take_any_size_and_are_verified_at_two(dyna
 
 def test_dynamic_model_tflite_files_at_the_table_size_and_at_image_size(dynamic_vit, tmp_path):
     """float32 and a quantised .tflite file of a model of any resolution: 16 x 16 by default (int8), 20 x 24 with
-    image_size (dynamic_int8: the 16 px model, not fine-tuned at 20 x 24, is 50% accurate there and its int8 file
-    agrees on 93.6% of decisions, under int8's 97% bar, the same figure as keras_vit.resize's fixed model gives;
-    docs/traps.md)."""
+    image_size (dynamic_int8: the 16 px model, not fine-tuned at 20 x 24, is 50% accurate there and its full-integer
+    int8 file agreed on 93.6% of decisions, under that file's 97% bar, the same figure as keras_vit.resize's fixed
+    model gives; docs/traps.md)."""
     for image_size, shape, quantised in ((None, (16, 16, 3), "int8"), ("20,24", (20, 24, 3), "dynamic_int8")):
         out = tmp_path / f"export_{shape[0]}"
         report = export_all(dynamic_vit, str(out), formats="tflite,onnx", quantizations=f"float32,{quantised}",
@@ -176,7 +176,11 @@ def test_dynamic_size_tflite_file_resizes_and_is_verified_at_two_sizes(dynamic_v
 
 def test_dynamic_size_tflite_int8_is_refused_up_front(dynamic_vit, trained_vit, tmp_path):
     out = tmp_path / "export"
-    with pytest.raises(ValueError, match="int8.*refused: .*not integer-only.*fixed image_size"):
+    with pytest.raises(ValueError, match="full_integer_int8.*refused: .*not integer-only.*fixed image_size"):
+        export_all(dynamic_vit, str(out), formats="tflite", quantizations="float32,full_integer_int8",
+                   image_size="dynamic")
+    with pytest.raises(ValueError,
+                       match=r"quantization='int8' with image_size='dynamic' is refused: .*fixed image_size"):
         export_all(dynamic_vit, str(out), formats="tflite", quantizations="float32,int8", image_size="dynamic")
     with pytest.raises(ValueError, match=r"dynamic needs a model of any resolution.*\(16, 16, 3\)"):
         export_all(trained_vit[0], str(out), formats="tflite", quantizations="float32", image_size="dynamic")

@@ -288,22 +288,25 @@ def test_include_preprocessing_files_have_their_own_names_and_input(trained_vit,
     import onnxruntime
 
     assert artifact_file("tflite", "int8", pixels=True) == "model_int8_pixels.tflite"
+    assert artifact_file("tflite", "full_integer_int8", pixels=True) == "model_full_integer_int8_pixels.tflite"
     assert artifact_file("onnx", "float32", pixels=True) == "model_pixels.onnx"
-    report = export_all(trained_vit[0], str(tmp_path / "out"), formats="tflite,onnx", quantizations="float32,int8",
-                        int8_io_type="uint8", calibration_data="digits", include_preprocessing=True,
-                        measure_latency=False, mediapipe=False)
+    # uint8 I/O: the full-integer (NPU) file's, the one mode that takes it
+    report = export_all(trained_vit[0], str(tmp_path / "out"), formats="tflite,onnx",
+                        quantizations="float32,full_integer_int8", int8_io_type="uint8", calibration_data="digits",
+                        include_preprocessing=True, measure_latency=False, mediapipe=False)
     assert sorted(os.listdir(tmp_path / "out")) == ["labels.txt", "model_float32_pixels.tflite",
-                                                    "model_int8_pixels.tflite", "model_pixels.onnx", "report.json"]
+                                                    "model_full_integer_int8_pixels.tflite", "model_pixels.onnx",
+                                                    "report.json"]
     assert all(r["passed"] for r in report["artifacts"])
     path = str(tmp_path / "out" / "model_float32_pixels.tflite")
     assert Interpreter(model_path=path).get_input_details()[0]["name"] == "serving_default_pixels:0"
     assert onnxruntime.InferenceSession(str(tmp_path / "out" / "model_pixels.onnx")).get_inputs()[0].name == "pixels"
-    uint8 = read_metadata(str(tmp_path / "out" / "model_int8_pixels.tflite"))["metadata"]
+    uint8 = read_metadata(str(tmp_path / "out" / "model_full_integer_int8_pixels.tflite"))["metadata"]
     description = uint8["subgraph_metadata"][0]["input_tensor_metadata"][0]["description"]
     assert "feed the uint8 RGB pixels as they are" in description and "is applied by the app" not in description
     rows = {r["name"]: r["contract"] for r in json.loads((tmp_path / "out" / "report.json").read_text())["artifacts"]}
-    assert rows["model_int8_pixels.tflite"]["input"]["dtype"] == "uint8"
-    output = rows["model_int8_pixels.tflite"]["output"]  # uint8 probabilities: how the app reads them
+    assert rows["model_full_integer_int8_pixels.tflite"]["input"]["dtype"] == "uint8"
+    output = rows["model_full_integer_int8_pixels.tflite"]["output"]  # uint8 probabilities: how the app reads them
     assert output["dtype"] == "uint8" and output["dequantize"] == f"score = (q - {output['quantization'][1]}) * 0.00390625"
     scores = uint8["subgraph_metadata"][0]["output_tensor_metadata"][0]["description"]
     assert "as uint8: score = (q - 0) * 0.00390625" in scores
@@ -330,7 +333,8 @@ def test_an_input_range_that_contradicts_the_models_layers_is_refused(tmp_path):
 
 def test_binary_classifier_decides_by_its_threshold_and_takes_a_two_class_folder(trained_vit, tmp_path):
     """A one-logit head trained on a two-class folder: accuracy by p > 0.5 (not an argmax over one column), the
-    folder's second class its one label, and an integer-only int8 file (its sigmoid in float32 after the DEQUANTIZE)."""
+    folder's second class its one label, an integer-only full_integer_int8 file (its sigmoid in float32 after the
+    DEQUANTIZE) and the phone-CPU int8 file."""
     from export.tflite import float_ops
 
     keras.utils.set_random_seed(0)
@@ -340,14 +344,15 @@ def test_binary_classifier_decides_by_its_threshold_and_takes_a_two_class_folder
     binary = keras_vit.VisionTransformer(**TINY, classes=1, classifier_activation=None)
     binary.set_weights(trained_vit[0].get_weights()[:-2] + [w[..., 1:2] - w[..., 0:1] for w in trained_vit[0].get_weights()[-2:]])
     folder = _write_folder(tmp_path / "pairs", np.concatenate([x] * 4), np.concatenate([y] * 4))  # classes "0", "1"
-    report = export_all(binary, str(tmp_path / "out"), formats="tflite", quantizations="float32,int8",
-                        calibration_data=folder, measure_latency=False)
+    report = export_all(binary, str(tmp_path / "out"), formats="tflite",
+                        quantizations="float32,int8,full_integer_int8", calibration_data=folder, measure_latency=False)
     assert report["labels"] == ["1"] and report["labels_source"] == "data"
     rows = {r["name"]: r for r in report["artifacts"]}
     assert rows["model_float32.tflite"]["keras_accuracy"] > 0.9  # 0 vs 1 by the trained model's logit difference
     assert rows["model_float32.tflite"]["mediapipe_accuracy"] == rows["model_float32.tflite"]["keras_accuracy"]
-    assert rows["model_int8.tflite"]["passed"], rows["model_int8.tflite"]["failures"]
-    assert float_ops(open(tmp_path / "out" / "model_int8.tflite", "rb").read()) == []
+    for name in ("model_int8.tflite", "model_full_integer_int8.tflite"):
+        assert rows[name]["passed"], rows[name]["failures"]
+    assert float_ops(open(tmp_path / "out" / "model_full_integer_int8.tflite", "rb").read()) == []
 
 
 def test_labels_files_are_read_as_written(trained_vit, tmp_path):

@@ -1,4 +1,4 @@
-"""Full-integer int8 files with every attention BATCH_MATMUL on XNNPACK (issue 11, item 2, speed).
+"""Full-integer int8 files (`full_integer_int8`) with every attention BATCH_MATMUL on XNNPACK (issue 11, item 2, speed).
 
 TensorFlow's int8 converter gives the attention matmuls' second operand (k^T, v) an asymmetric
 zero point; LiteRT 2.3's XNNPACK then leaves the op to LiteRT's builtin int8 BATCH_MATMUL, which
@@ -68,17 +68,17 @@ def int8_file():
     samples = np.random.default_rng(0).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
     with ServingGraph(model, batch_size=1, scores="logits") as graph, \
             mock.patch("export.int8_graph.symmetric_matmul_operands", lambda content: (content, 0)):
-        return tflite.convert(graph, "int8", samples, progress=False)  # TF's converter's file, not rewritten
+        return tflite.convert(graph, "full_integer_int8", samples, progress=False)  # TF's converter's, not rewritten
 
 
 def test_export_convert_applies_the_rewrite(tmp_path):
-    """`export.tflite.convert` (so export_tflite, export_all and the CLI) writes int8 files with every
+    """`export.tflite.convert` (so export_tflite, export_all and the CLI) writes full_integer_int8 files with every
     attention BATCH_MATMUL on XNNPACK."""
     keras.utils.set_random_seed(0)
     model = keras_vit.VisionTransformer(**TINY)
     samples = np.random.default_rng(0).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
     with ServingGraph(model, batch_size=1, scores="logits") as graph:
-        content = tflite.convert(graph, "int8", samples, progress=False)
+        content = tflite.convert(graph, "full_integer_int8", samples, progress=False)
     params, ops = _quantisation(content)
     seconds = [inputs[1] for name, inputs, _ in ops if name == "BATCH_MATMUL"]
     assert len(seconds) == 4 and all(params[t][1] == (0,) for t in seconds)
@@ -116,7 +116,8 @@ def test_integer_io_files_get_every_batch_matmul_on_xnnpack_too(io_type, tmp_pat
     keras.utils.set_random_seed(0)
     samples = np.random.default_rng(0).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
     with ServingGraph(keras_vit.VisionTransformer(**TINY), batch_size=1, scores="logits") as graph:
-        rewritten = tflite.convert(graph, "int8", samples, io_type=io_type, progress=False)  # rewritten by convert
+        # rewritten by convert
+        rewritten = tflite.convert(graph, "full_integer_int8", samples, io_type=io_type, progress=False)
     row, _ = _batch_matmul_on_xnnpack(rewritten, tmp_path)
     assert row["off_delegate"] == 0 and symmetric_matmul_operands(rewritten)[1] == 0
     interpreter = _interpreter(rewritten)
@@ -161,18 +162,18 @@ def test_bad_content_is_refused_by_name(content):
 
 
 def test_trained_model_keeps_the_int8_bar_with_symmetric_operands(trained_vit):
-    # the tests' digits ViT on 96 held-out scans: the rewritten file is held to the int8 bar, and stays
-    # as close to Keras as TensorFlow's own int8 file
+    # the tests' digits ViT on 96 held-out scans: the rewritten file is held to the full_integer_int8 bar, and stays
+    # as close to Keras as TensorFlow's own full-integer int8 file
     model, _, images, labels = trained_vit
     with ServingGraph(model, batch_size=1, scores="logits") as graph, \
             mock.patch("export.int8_graph.symmetric_matmul_operands", lambda content: (content, 0)):
-        plain = tflite.convert(graph, "int8", images[:64], progress=False)
+        plain = tflite.convert(graph, "full_integer_int8", images[:64], progress=False)
     symmetric, changed = symmetric_matmul_operands(plain)
     assert changed > 0
     reference = np.asarray(model.predict(images, verbose=0))
     before = compare(reference, _outputs(plain, images), labels)
     after = compare(reference, _outputs(symmetric, images), labels)
-    bar = TOLERANCES["int8"]
+    bar = TOLERANCES["full_integer_int8"]
     assert after["decisive_top1_agreement"] >= bar["decisive_top1_agreement"]
     assert after["accuracy_drop"] <= bar["accuracy_drop"]
     assert after["relative_max_abs_diff"] <= 1.5 * before["relative_max_abs_diff"]
@@ -184,9 +185,11 @@ def test_benchmark_times_each_op_where_the_graph_runs_it(tmp_path):
 
     rows, extra = measure("tiny", 16, rounds=1, runs=1, folder=str(tmp_path))
     by_file = {r["file"]: r for r in rows}
-    assert list(by_file) == ["float32", "int8", "int8, symmetric matmul operands"]
-    assert "BATCH_MATMUL" in by_file["int8"]["off"] and "BATCH_MATMUL" not in by_file["int8, symmetric matmul operands"]["off"]
+    assert list(by_file) == ["float32", "full_integer_int8", "full_integer_int8, symmetric matmul operands"]
+    assert "BATCH_MATMUL" in by_file["full_integer_int8"]["off"]
+    assert "BATCH_MATMUL" not in by_file["full_integer_int8, symmetric matmul operands"]["off"]
     for row in rows:  # every op of the file is timed once, on XNNPACK exactly where the profile puts it
         assert sum(count for count, _ in row["per_op"].values()) == row["ops"]
         assert sum(count for (_, where), (count, _) in row["per_op"].items() if where == "xnnpack") == row["xnnpack_ops"]
-    assert extra["tensors_rewritten"] > 0 and "| int8, symmetric matmul operands |" in markdown(rows, extra)
+    assert extra["tensors_rewritten"] > 0
+    assert "| full_integer_int8, symmetric matmul operands |" in markdown(rows, extra)

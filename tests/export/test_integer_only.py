@@ -1,4 +1,7 @@
-"""Full-integer int8 TFLite files are integer-only (issue 11, item 2).
+"""Full-integer int8 TFLite files (`full_integer_int8`, the NPU file) are integer-only (issue 11, item 2).
+
+The `int8` mode (the phone-CPU file, issue 45) keeps float32 ops between its int8 matrix products by design; the
+last test holds that it does.
 
 Keras' LayerNormalization lowered to a float32 NEG per norm, with a
 DEQUANTIZE before and a QUANTIZE after it; keras_vit's LayerNormalization
@@ -39,9 +42,9 @@ def graph(request):
         yield g, samples
 
 
-def test_int8_with_float_io_has_no_float_op_between_quantize_and_dequantize(graph):
+def test_full_integer_int8_with_float_io_has_no_float_op_between_quantize_and_dequantize(graph):
     g, samples = graph
-    ops = _op_dtypes(tflite.convert(g, "int8", samples, progress=False))
+    ops = _op_dtypes(tflite.convert(g, "full_integer_int8", samples, progress=False))
     names = [name for name, _ in ops]
     assert "NEG" not in names
     floating = [(i, name) for i, (name, types) in enumerate(ops) if types & {"float32", "float16"}]
@@ -51,7 +54,7 @@ def test_int8_with_float_io_has_no_float_op_between_quantize_and_dequantize(grap
     assert "FULLY_CONNECTED" in names and "SOFTMAX" in names and "GELU" in names
 
 
-def test_int8_probabilities_come_from_a_float_softmax_after_the_output_dequantize():
+def test_full_integer_int8_probabilities_come_from_a_float_softmax_after_the_output_dequantize():
     """Issue 16: an int8 SOFTMAX outputs multiples of 1/256 (scores summing to 1 only within ~0.02); the
     scores' softmax runs in float32 after the output DEQUANTIZE, every op before it stays integer."""
     from ai_edge_litert.interpreter import Interpreter
@@ -63,10 +66,11 @@ def test_int8_probabilities_come_from_a_float_softmax_after_the_output_dequantiz
     rng = np.random.default_rng(0)
     samples, images = (rng.uniform(-1, 1, (n, 16, 16, 3)).astype("float32") for n in (8, 16))
     with ServingGraph(model, batch_size=1) as g:  # probabilities, the default
-        content = tflite.convert(g, "int8", samples, progress=False)
-        plain = tflite.convert(g, "int8", samples, io_type="uint8", progress=False)  # integer I/O: int8 softmax
+        content = tflite.convert(g, "full_integer_int8", samples, progress=False)
+        # integer I/O: an int8 softmax
+        plain = tflite.convert(g, "full_integer_int8", samples, io_type="uint8", progress=False)
     with ServingGraph(model, batch_size=1, scores="logits") as g:  # the same int8 graph up to the logits
-        logits_file = tflite.convert(g, "int8", samples, progress=False)
+        logits_file = tflite.convert(g, "full_integer_int8", samples, progress=False)
     ops = _op_dtypes(content)
     assert [name for name, _ in ops[-2:]] == ["DEQUANTIZE", "SOFTMAX"] and ops[-1][1] == {"float32"}
     floating = [name for name, types in ops if types & {"float32", "float16"}]
@@ -92,9 +96,9 @@ def _run(content, images):
 
 
 @pytest.mark.parametrize("io_type", ["int8", "uint8"])
-def test_int8_with_integer_io_has_no_float_tensor_at_all(graph, io_type):
+def test_full_integer_int8_with_integer_io_has_no_float_tensor_at_all(graph, io_type):
     g, samples = graph
-    content = tflite.convert(g, "int8", samples, io_type=io_type, progress=False)
+    content = tflite.convert(g, "full_integer_int8", samples, io_type=io_type, progress=False)
     ops = _op_dtypes(content)
     assert ops and not [(name, types) for name, types in ops if types & {"float32", "float16"}]
     assert tflite.float_ops(content) == []
@@ -109,7 +113,7 @@ def _keras_layer_norm_model():
     return keras.Model(inputs, outputs)
 
 
-def test_a_float_op_in_an_int8_file_fails_the_check(tmp_path):
+def test_a_float_op_in_a_full_integer_int8_file_fails_the_check(tmp_path):
     """Keras' own LayerNormalization, converted straight from the Keras model, leaves a float32 NEG: refused."""
     import tensorflow as tf
 
@@ -133,14 +137,37 @@ def test_a_float_op_in_an_int8_file_fails_the_check(tmp_path):
 
 def test_a_model_with_keras_layer_norm_exports_integer_only(tmp_path):
     """`.keras` files saved before keras_vit had its own norm hold Keras' class for `encoder_norm`:
-    the export's float32 twin swaps in keras_vit's (same variables), so their int8 file is integer-only too."""
+    the export's float32 twin swaps in keras_vit's (same variables), so their full_integer_int8 file is integer-only
+    too."""
     model = _keras_layer_norm_model()
     samples = np.random.default_rng(1).uniform(-1, 1, (8, 8, 8, 3)).astype("float32")
     path = tmp_path / "model.tflite"
-    tflite.export_tflite(model, str(path), quantization="int8", representative_data=samples, progress=False)
+    tflite.export_tflite(model, str(path), quantization="full_integer_int8", representative_data=samples,
+                         progress=False)
     content = path.read_bytes()
     assert tflite.float_ops(content) == [] and "NEG" not in tflite.op_names(content)
     twin = ServingGraph(model).model
     assert type(twin.get_layer("encoder_norm")).__module__ == "keras_vit.layers.normalization"
     x = samples[:4]
     np.testing.assert_allclose(np.asarray(twin(x)), np.asarray(model(x)), atol=1e-5)
+
+
+def test_the_int8_file_is_not_integer_only_by_design(graph):
+    """`int8` is the phone-CPU file (issue 45): int8 in and out of its matrix products only; SOFTMAX and GELU stay
+    float32, with QUANTIZE / DEQUANTIZE between, and its input and output are float32. An integer-only NPU needs
+    `full_integer_int8` (or `int8_mixed16`), whose checks are above."""
+    g, samples = graph
+    content = tflite.convert(g, "int8", samples, progress=False)
+    ops = _op_dtypes(content)
+    names = [name for name, _ in ops]
+    assert {"QUANTIZE", "DEQUANTIZE"} <= set(names)
+    assert all(types == {"float32"} for name, types in ops if name in ("SOFTMAX", "GELU")), ops
+    assert any(name == "SOFTMAX" for name in names) and any(name == "GELU" for name in names)
+    int8_matmuls = [name for name, types in ops if name in ("FULLY_CONNECTED", "BATCH_MATMUL") and "int8" in types]
+    assert "FULLY_CONNECTED" in int8_matmuls and "BATCH_MATMUL" in int8_matmuls, ops
+    assert tflite.float_ops(content) != []
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    assert [d["dtype"] for d in (*interpreter.get_input_details(), *interpreter.get_output_details())] \
+        == [np.float32, np.float32]

@@ -285,10 +285,10 @@ def test_missing_package_is_named_up_front(trained_vit, tmp_path, monkeypatch, c
     from export import __main__ as cli
 
     monkeypatch.setitem(sys.modules, "litert_quantizer", None)  # `import litert_quantizer` raises ImportError
-    for q in NEW_MODES:
+    for q in (*NEW_MODES, "int8"):  # int8, the phone-CPU file, is LiteRT Quantizer's too (issue 45)
         with pytest.raises(ValueError, match="pip install litert-quantizer"):
             tflite.check_quantization(q)
-    tflite.check_quantization("int8")  # TensorFlow's modes do not need it
+    tflite.check_quantization("full_integer_int8")  # TensorFlow's modes do not need it
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as e:
         cli.main([trained_vit[1], "--formats", "tflite", "--quantization", "float32,weight_only_int4",
@@ -300,8 +300,8 @@ def test_missing_package_is_named_up_front(trained_vit, tmp_path, monkeypatch, c
 
 
 def test_export_all_makes_verifies_profiles_and_reports_the_new_modes(trained_vit, tmp_path):
-    """Through `export_all`: int16x8 calibrated on the same digits as int8; each file verified, sized, profiled
-    and classified in MediaPipe's ImageClassifier (float32 I/O, so it runs all three)."""
+    """Through `export_all`: int16x8 calibrated on the same digits as int8 (both LiteRT Quantizer's); each file
+    verified, sized, profiled and classified in MediaPipe's ImageClassifier (float32 I/O, so it runs all three)."""
     from export.pipeline import export_all
 
     report = export_all(trained_vit[0], str(tmp_path / "out"), formats="tflite",

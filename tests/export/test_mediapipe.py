@@ -24,7 +24,10 @@ LABELS = [str(d) for d in range(10)]
 # (quantization, io_type, include_preprocessing) of every kind of .tflite file export writes
 KINDS = [
     ("float32", "float32", False), ("float16", "float32", False), ("dynamic_int8", "float32", False),
-    ("int8", "float32", False), ("int8", "uint8", False), ("float32", "float32", True), ("int8", "uint8", True),
+    ("int8", "float32", False), ("int8", "float32", True), ("float32", "float32", True),
+    # the integer-only NPU file (TensorFlow's converter): float32 or uint8 I/O, with or without the pixels' scaling
+    ("full_integer_int8", "float32", False), ("full_integer_int8", "uint8", False),
+    ("full_integer_int8", "uint8", True),
     # issue 11's modes through LiteRT Quantizer; weight_only_int4 and dynamic_int4 only on the demo model (tests/test_demo_export.py):
     # per-channel int4 weights flip 10% of this hidden-32 model's decisions (90.6% agreement)
     ("int16x8", "float32", False), ("weight_only_int8", "float32", False),
@@ -107,7 +110,7 @@ def kinds_dir(trained_vit, tmp_path_factory):
     calibration = next(iter(data.digits("train", image_size=16, batch_size=256, shuffle=False)))[0].numpy()
     folder = tmp_path_factory.mktemp("kinds")
     graphs = {pre: ServingGraph(model, include_preprocessing=pre) for pre in (False, True)}
-    for q, io, pre in [*KINDS, ("int8", "int8", False)]:
+    for q, io, pre in [*KINDS, ("full_integer_int8", "int8", False)]:
         export_tflite(graphs[pre], str(folder / f"{q}_{io}_{pre}.tflite"), quantization=q,
                       representative_data=(calibration + 1) * 127.5 if pre else calibration, io_type=io,
                       include_preprocessing=pre, metadata={"labels": LABELS, "scores": "probabilities"},
@@ -131,8 +134,9 @@ def test_every_kind_classifies_in_mediapipe(kinds_dir, held_out, quantization, i
     assert keras_accuracy > 0.85 and abs(accuracy - keras_accuracy) <= 0.01
     assert scores.min() >= 0 and scores.max() <= 1
     # an int8 softmax outputs multiples of 1/256 (10 classes can miss a sum of 1 by 10 half-steps): only the
-    # uint8-I/O file has one; with float I/O the scores' softmax runs in float32 (export.tflite._int8_with_float_softmax)
-    sum_bar = 10 / 512 if quantization == "int8" and io_type != "float32" else 1e-3
+    # full-integer uint8-I/O file has one; with float I/O the scores' softmax runs in float32
+    # (export.tflite._int8_with_float_softmax; the int8 file keeps every SOFTMAX float32)
+    sum_bar = 10 / 512 if quantization == "full_integer_int8" and io_type != "float32" else 1e-3
     assert np.abs(scores.astype("float64").sum(-1) - 1).max() <= sum_bar
     thresholded = classify(path, to_frames(images), 10, score_threshold=0.5)
     confident = keras_p.max(-1) > 0.5
@@ -147,14 +151,14 @@ def test_every_kind_classifies_in_mediapipe(kinds_dir, held_out, quantization, i
     elif quantization in ("float16", "dynamic_int8", "weight_only_int8"):
         # rounded weights: only where Keras' top-1 probability is within 0.01 of 0.5
         assert (np.abs(keras_p.max(-1)[confident][misses] - 0.5) < 0.01).all()
-    else:  # int8, int16x8: their decision flips (export.verify's bars allow 3% and 5%) show here too
+    else:  # int8, full_integer_int8, int16x8: their decision flips (export.verify's bars allow 3%) show here too
         allowed = 1 - TOLERANCES[quantization]["decisive_top1_agreement"]
         assert len(misses) <= allowed * confident.sum()
 
 
 def test_int8_io_is_reported_as_not_supported_with_mediapipes_reason(kinds_dir, held_out):
     images, labels, keras_p = held_out
-    row = figures(str(kinds_dir / "int8_int8_False.tflite"), images[:4], keras_p[:4], labels[:4])
+    row = figures(str(kinds_dir / "full_integer_int8_int8_False.tflite"), images[:4], keras_p[:4], labels[:4])
     assert set(row) == {"mediapipe_unsupported"}
     assert "Requested one of these types: uint8/float32, got INT8" in row["mediapipe_unsupported"]
 
@@ -208,7 +212,8 @@ def test_frames_of_any_size_and_kind(trained_vit, kinds_dir, held_out):
 
 
 def test_a_tie_in_quantised_probabilities_is_not_a_decisive_flip():
-    """int8 probabilities come in steps of 1/256: two classes can score the same; argmax then picks the first."""
+    """Full-integer int8 probabilities (an int8 SOFTMAX) come in steps of 1/256: two classes can score the same;
+    argmax then picks the first."""
     from export.tolerances import compare
 
     reference = np.array([[0.30, 0.345, 0.355], [0.2, 0.5, 0.3], [0.05, 0.05, 0.9]])
@@ -240,19 +245,22 @@ def test_cli_reports_mediapipe_beside_litert_and_keeps_logits_when_asked(trained
 
     model, path, _, _ = trained_vit
     out = tmp_path / "probabilities"
-    assert cli.main([path, "--formats", "tflite", "--quantization", "float32,int8", "--int8-io-type", "int8",
+    assert cli.main([path, "--formats", "tflite", "--quantization", "float32,full_integer_int8",
+                     "--int8-io-type", "int8",
                      "--calibration-data", "digits", "--output-dir", str(out), "--no-latency"]) == 0
     report = json.loads((out / "report.json").read_text())
     rows = {r["name"]: r for r in report["artifacts"]}
     table = capsys.readouterr().out
     assert "| latency ms (batch 1) | MediaPipe top-1 (accuracy) | runs fast on | passed |" in table
-    assert re.search(r"\| model_int8.tflite \|.*\| n/a \| XNNPACK \(CPU\), integer-only NPUs \| yes \|", table)
+    assert re.search(r"\| model_full_integer_int8.tflite \|.*\| n/a \| integer-only NPUs \(int8 activations\); "
+                     r"XNNPACK \(CPU\) with its SOFTMAX, GELU and RSQRT on builtin kernels \| yes \|", table), table
     assert re.search(r"\| model_float32.tflite \|.*\| 1\.0000 \(0\.9\d+\) \| XNNPACK \(CPU\), GPU delegate \| yes \|", table), table
     assert report["scores"] == "probabilities" and rows["model_float32.tflite"]["scores"] == "probabilities"
     float32 = rows["model_float32.tflite"]
     assert float32["mediapipe_top1_agreement"] >= 0.99 and abs(float32["mediapipe_accuracy"] - float32["keras_accuracy"]) <= 0.01
     assert float32["mediapipe_max_score_sum_error"] <= 1e-3
-    assert "got INT8" in rows["model_int8.tflite"]["mediapipe_unsupported"] and rows["model_int8.tflite"]["passed"]
+    full = rows["model_full_integer_int8.tflite"]
+    assert "got INT8" in full["mediapipe_unsupported"] and full["passed"]
     out = tmp_path / "logits"
     assert cli.main([path, "--formats", "tflite", "--quantization", "float32", "--scores", "logits", "--no-mediapipe",
                      "--output-dir", str(out), "--no-latency"]) == 0

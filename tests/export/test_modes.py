@@ -72,7 +72,11 @@ def test_every_list_of_modes_derives_from_the_records():
     assert tflite.QUANTIZATIONS == tuple(TFLITE) and onnx_quantization.ONNX_QUANTIZATIONS == tuple(ONNX)
     assert set(tflite.TF_QUANTIZATIONS) | set(litert_quantization.LITERT_QUANTIZATIONS) == set(TFLITE)
     assert tflite.DEFAULT_QUANTIZATIONS == ("float32", "float16", "dynamic_int8", "int8")  # the CLI's default set
-    assert tflite.CALIBRATED == ("int8", "int16x8", "int8_mixed16")
+    assert tflite.CALIBRATED == ("int8", "full_integer_int8", "int16x8", "int8_mixed16")
+    # int8 is the phone-CPU file (float ops by design); the integer-only files are the NPUs' (issue 45)
+    assert modes.names("tflite", integer_only=True) == ("full_integer_int8", "int8_mixed16")
+    assert tflite.TF_QUANTIZATIONS == ("float32", "float16", "dynamic_int8", "full_integer_int8")
+    assert [m for m in TFLITE if len(TFLITE[m].io_types) > 1] == ["full_integer_int8"]
     assert tflite.DYNAMIC_SIZE_QUANTIZATIONS == ("float32", "float16", "dynamic_int8")
     assert set(tflite.DYNAMIC_SIZE_REFUSED) == set(TFLITE) - set(tflite.DYNAMIC_SIZE_QUANTIZATIONS)
     assert onnx_quantization.INT8_QUANTIZATIONS == ("dynamic_int8", "int8")
@@ -95,6 +99,9 @@ def test_each_record_is_complete_and_a_name_has_one_set_of_bars():
             assert tolerances.TOKEN_TOLERANCES[mode.name] == mode.token_tolerances, one_set
     assert _cli_text.QUANTIZATION_ALIASES["int4"] == ("dynamic_int4", "weight_only_int4")
     assert _cli_text.ONNX_QUANTIZATION_ALIASES["qdq"] == "int8"
+    # TensorFlow's names of the integer-only file lead to full_integer_int8, not to the phone-CPU int8 (issue 45)
+    assert {_cli_text.QUANTIZATION_ALIASES[a] for a in ("uint8", "full-int8", "full-integer", "integer-only")} \
+        == {"full_integer_int8"}
 
 
 def test_the_docs_table_is_the_records_table():

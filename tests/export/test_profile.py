@@ -34,19 +34,21 @@ def flatbuffer_ops(path):
 
 @pytest.fixture(scope="module")
 def files(trained_vit, tmp_path_factory):
-    """The tiny trained ViT as float32 with a dynamic batch, float32 at batch 1 and int8 (float I/O) at batch 1."""
+    """The tiny trained ViT as float32 with a dynamic batch, float32 at batch 1, and at batch 1 (float I/O) the
+    full-integer int8 file (TensorFlow's converter) and the int8 file (LiteRT Quantizer, float32 between its int8
+    matrix products)."""
     model, _, images, _ = trained_vit
     folder = tmp_path_factory.mktemp("profile")
     paths = {}
     for key, quantization, batch_size in (("float32_dynamic", "float32", None), ("float32_b1", "float32", 1),
-                                          ("int8_b1", "int8", 1)):
+                                          ("full_integer_int8_b1", "full_integer_int8", 1), ("int8_b1", "int8", 1)):
         paths[key] = str(folder / f"{key}.tflite")
         export_tflite(model, paths[key], quantization=quantization, representative_data=images, batch_size=batch_size,
                       progress=False)
     return paths
 
 
-@pytest.mark.parametrize("key", ["float32_dynamic", "float32_b1", "int8_b1"])
+@pytest.mark.parametrize("key", ["float32_dynamic", "float32_b1", "full_integer_int8_b1", "int8_b1"])
 def test_counts_and_tensor_types_equal_the_flatbuffer(files, key):
     profile = tflite_profile(files[key], measure_latency=False)
     ops = flatbuffer_ops(files[key])
@@ -63,9 +65,9 @@ def test_counts_and_tensor_types_equal_the_flatbuffer(files, key):
     assert json.loads(json.dumps(profile)) == profile
 
 
-def test_int8_file_shows_quantize_dequantize_and_what_xnnpack_declines(files):
-    profile = tflite_profile(files["int8_b1"], measure_latency=False)
-    ops = flatbuffer_ops(files["int8_b1"])
+def test_full_integer_int8_file_shows_quantize_dequantize_and_what_xnnpack_declines(files):
+    profile = tflite_profile(files["full_integer_int8_b1"], measure_latency=False)
+    ops = flatbuffer_ops(files["full_integer_int8_b1"])
     rows = {row["op"]: row for row in profile["ops"]}
     assert rows["QUANTIZE"]["count"] >= 1 and rows["DEQUANTIZE"]["count"] >= 1
     floats = [n for n, ins, outs in ops if n not in ("QUANTIZE", "DEQUANTIZE") and "float32" in ins + outs]
@@ -78,7 +80,7 @@ def test_int8_file_shows_quantize_dequantize_and_what_xnnpack_declines(files):
     assert all(off["reason"].startswith("quantised (int8)") for off in profile["off_delegate"])
 
 
-def test_float_neg_of_keras_layer_norm_is_counted_in_an_int8_file(trained_vit, tmp_path):
+def test_float_neg_of_keras_layer_norm_is_counted_in_a_full_integer_int8_file(trained_vit, tmp_path):
     """Keras' LayerNormalization lowers with a float32 NEG that stays in a full-integer file (issue 11)."""
     import keras
 
@@ -87,7 +89,8 @@ def test_float_neg_of_keras_layer_norm_is_counted_in_an_int8_file(trained_vit, t
     x = keras.layers.LayerNormalization(epsilon=1e-6)(keras.layers.Dense(32)(x))
     model = keras.Model(inputs, keras.layers.Dense(10)(keras.layers.Flatten()(x)))
     path = str(tmp_path / "keras_ln_int8.tflite")
-    # TensorFlow's converter itself: export_tflite refuses such a file (a float op in an int8 file fails the export)
+    # TensorFlow's converter itself: export_tflite refuses such a file (a float op in a full_integer_int8 file fails
+    # the export)
     import tensorflow as tf
 
     from export.signature import serving_function
@@ -137,7 +140,7 @@ def test_a_dynamic_batch_leaves_its_shape_ops_off_the_delegate(files):
 
 
 def test_latency_and_each_ops_time_are_measured(files):
-    profile = tflite_profile(files["int8_b1"], num_threads=2, runs=3)
+    profile = tflite_profile(files["full_integer_int8_b1"], num_threads=2, runs=3)
     assert profile["num_threads"] == 2
     assert all(isinstance(v, float) and v > 0 for v in profile["latency_ms"].values())
     assert all(isinstance(row["time_ms"], float) and row["time_ms"] >= row["off_delegate_ms"] >= 0
@@ -157,7 +160,7 @@ def test_latency_and_each_ops_time_are_measured(files):
     assert " x SOFTMAX: quantised (int8)" in table and "ops timed alone: " in table
 
 
-@pytest.mark.parametrize("key", ["float32_dynamic", "int8_b1"])
+@pytest.mark.parametrize("key", ["float32_dynamic", "full_integer_int8_b1", "int8_b1"])
 def test_each_op_alone_computes_what_it_computes_in_the_whole_file(files, key):
     # the one-op models behind the op times are the file's ops: fed the inputs a whole-graph run gives them,
     # on the builtin kernels, each returns exactly that run's outputs
@@ -270,18 +273,20 @@ def test_export_all_batch_size_none_gives_a_dynamic_tflite_file(trained_vit, tmp
 
 
 def test_op_time_benchmark_accounts_for_every_op_on_both_thread_counts(files, tmp_path, capsys):
-    # smoke test of `python -m benchmarks.op_time` on the tiny int8 file: structure, no timing
+    # smoke test of `python -m benchmarks.op_time` on the tiny full-integer int8 file (ops on both XNNPACK and the
+    # builtin kernels): structure, no timing
     from benchmarks import op_time
 
-    (result,) = op_time.measure([files["int8_b1"]], rounds=1, runs=1, progress=lambda text: None)
-    ops = flatbuffer_ops(files["int8_b1"])
+    (result,) = op_time.measure([files["full_integer_int8_b1"]], rounds=1, runs=1, progress=lambda text: None)
+    ops = flatbuffer_ops(files["full_integer_int8_b1"])
     assert sum(r["count"] for r in result["ops"]) == len(ops)
-    profile = tflite_profile(files["int8_b1"], measure_latency=False)
+    profile = tflite_profile(files["full_integer_int8_b1"], measure_latency=False)
+    assert profile["off_delegate"]  # the builtin rows below are not empty
     assert sum(r["count"] for r in result["ops"] if r["where"] == "builtin") == len(profile["off_delegate"])
     assert [r["lost_ms"] for r in result["ops"]] == sorted((r["lost_ms"] for r in result["ops"]), reverse=True)
     assert all(r["lost_ms"] == r["ms_2"] - r["ms_1"] / 2 for r in result["ops"])
     table = op_time.markdown([result], top=3)
-    assert f"| int8_b1.tflite | {result['graph_ms'][1]:.2f} |" in table
+    assert f"| full_integer_int8_b1.tflite | {result['graph_ms'][1]:.2f} |" in table
     assert table.count("| builtin |") + table.count("| xnnpack |") == min(3, len(result["ops"]))
 
 

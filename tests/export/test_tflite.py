@@ -17,10 +17,10 @@ pytestmark = pytest.mark.export
 
 # Per-mode bounds for the tiny test model (15 epochs on digits); the product's own
 # tolerances on the demo model are in export/verify.py.
-BOUNDS = {"float32": 1e-4, "float16": 5e-2, "dynamic_int8": 0.5, "int8": 1.5}
+BOUNDS = {"float32": 1e-4, "float16": 5e-2, "dynamic_int8": 0.5, "int8": 1.5, "full_integer_int8": 1.5}
 
 
-@pytest.mark.parametrize("quantization", ["float32", "float16", "dynamic_int8", "int8"])
+@pytest.mark.parametrize("quantization", ["float32", "float16", "dynamic_int8", "int8", "full_integer_int8"])
 def test_each_mode_runs_in_litert_with_builtin_ops(trained_vit, tmp_path, quantization):
     model, _, images, labels = trained_vit
     path = str(tmp_path / f"m_{quantization}.tflite")
@@ -55,21 +55,24 @@ def test_fixed_batch_one(trained_vit, tmp_path):
 def test_sizes_shrink_with_quantization(trained_vit, tmp_path):
     model, _, images, _ = trained_vit
     sizes = {}
-    for q in ("float32", "float16", "dynamic_int8", "int8"):
+    for q in ("float32", "float16", "dynamic_int8", "int8", "full_integer_int8"):
         path = str(tmp_path / f"{q}.tflite")
         export_tflite(model, path, quantization=q, representative_data=images, progress=False)
         sizes[q] = os.path.getsize(path)
     # Tiny models carry a fixed ~25 KB of graph structure; the demo's 0.3x bar is checked in test_demo_export.
     assert sizes["float16"] < sizes["float32"] and sizes["dynamic_int8"] < sizes["float16"]
-    assert sizes["int8"] < sizes["float16"]
+    assert sizes["full_integer_int8"] < sizes["float16"]
+    # the phone-CPU int8 file adds QUANTIZE / DEQUANTIZE pairs and may keep matrix products float32 (its sensitivity
+    # pass): on this tiny model it is not below float16 (measured 43,648 bytes against 42,800), only below float32
+    assert sizes["int8"] < sizes["float32"]
 
 
 @pytest.mark.parametrize("io_type,dtype", [("int8", np.int8), ("uint8", np.uint8)])
-def test_int8_integer_io(trained_vit, tmp_path, io_type, dtype):
+def test_full_integer_int8_integer_io(trained_vit, tmp_path, io_type, dtype):
     model, _, images, _ = trained_vit
     path = str(tmp_path / "int.tflite")
     labels = [str(d) for d in range(10)]
-    export_tflite(model, path, quantization="int8", representative_data=images, io_type=io_type,
+    export_tflite(model, path, quantization="full_integer_int8", representative_data=images, io_type=io_type,
                   metadata={"labels": labels}, progress=False)
     assert read_metadata(path)["labels"] == labels
     interpreter = _tflite_interpreter(path)
@@ -84,7 +87,7 @@ def test_include_preprocessing_with_uint8_input_takes_raw_bytes(trained_vit, tmp
     model, _, images, _ = trained_vit
     raw = (images + 1.0) * 127.5
     path = str(tmp_path / "raw.tflite")
-    export_tflite(model, path, quantization="int8", representative_data=raw, io_type="uint8",
+    export_tflite(model, path, quantization="full_integer_int8", representative_data=raw, io_type="uint8",
                   include_preprocessing=True, progress=False)
     interpreter = _tflite_interpreter(path)
     interpreter.allocate_tensors()
@@ -125,13 +128,15 @@ def test_representative_data_from_image_folder(tmp_path):
     "kwargs,error,message",
     [
         ({"quantization": "16x8"}, ValueError, r"quantization='16x8' is refused: the mode is called 'int16x8'"),
-        ({"quantization": "float8"}, ValueError, r"`quantization` must be one of float32, float16, dynamic_int8, int8, int16x8, weight_only_int8, weight_only_int4, dynamic_int4, int8_mixed16. Received: quantization='float8'"),
+        ({"quantization": "float8"}, ValueError, r"`quantization` must be one of float32, float16, dynamic_int8, int8, full_integer_int8, int16x8, weight_only_int8, weight_only_int4, dynamic_int4, int8_mixed16. Received: quantization='float8'"),
         ({"quantization": "int16x8"}, ValueError, r"quantization='int16x8' needs representative_data"),
         ({"quantization": "int8"}, ValueError, r"quantization='int8' needs representative_data"),
         ({"quantization": "int8", "representative_data": np.zeros((0, 16, 16, 3))}, ValueError, r"calibration\) data set is empty"),
         ({"quantization": "int8", "representative_data": tf.data.Dataset.from_tensor_slices(np.zeros((0, 16, 16, 3), "float32"))}, ValueError, r"data set is empty"),
         ({"quantization": "int8", "representative_data": np.zeros((2, 8, 8, 3))}, ValueError, r"calibration images must have shape \(n, 16, 16, 3\)"),
-        ({"quantization": "float16", "io_type": "uint8"}, ValueError, r"io_type='uint8' needs quantization='int8'"),
+        ({"quantization": "float16", "io_type": "uint8"}, ValueError, r"io_type='uint8' needs quantization='full_integer_int8'"),
+        # the phone-CPU int8 file takes float32 I/O only (issue 45)
+        ({"quantization": "int8", "io_type": "int8"}, ValueError, r"io_type='int8' needs quantization='full_integer_int8'"),
         # LiteRT aborted the whole process on a NaN calibration range (int16x8), leaving a temporary file behind
         ({"quantization": "int16x8", "representative_data": np.full((2, 16, 16, 3), np.nan, "float32")}, ValueError,
          r"`representative_data` must hold finite pixel values. Received: 1536 NaN or Inf values in 2 images"),

@@ -48,14 +48,15 @@ def _run_tflite(path, images):
 
 def test_a_token_sequence_exports_to_every_format_verified_per_token(backbone, trained_vit, tmp_path):
     out = tmp_path / "export"
-    report = export_all(backbone, str(out), quantizations=["float32", "float16", "dynamic_int8", "int8"],
+    report = export_all(backbone, str(out), quantizations=["float32", "float16", "dynamic_int8", "int8",
+                                                           "full_integer_int8"],
                         onnx_quantization=["float32", "int8"], calibration_data="digits", measure_latency=False)
     assert report["scores"] == "tokens" and report["tokens"] == 17 and report["hidden_size"] == 32
     assert report["classes"] is None
     assert report["agreement"] == TOKENS_NOTE and report["labels"] is None and not (out / "labels.txt").exists()
     rows = {row["name"]: row for row in report["artifacts"]}
     assert set(rows) == {"saved_model", "model.onnx", "model_int8.onnx"} | {
-        f"model_{q}.tflite" for q in ("float32", "float16", "dynamic_int8", "int8")}
+        f"model_{q}.tflite" for q in ("float32", "float16", "dynamic_int8", "int8", "full_integer_int8")}
     for name, row in rows.items():
         assert row["passed"] and row["tolerance"] == TOKEN_TOLERANCES[row["quantization"]], row
         assert "top1_agreement" not in row and "accuracy" not in row and row["agreement"] == TOKENS_NOTE
