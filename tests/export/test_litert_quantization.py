@@ -338,7 +338,7 @@ def test_a_recipe_that_quantises_nothing_fails_instead_of_writing_a_float_file(f
 
     from export import litert_quantization
 
-    def blockwise_weight_only(quantization):
+    def blockwise_weight_only(quantization, keep_float=()):
         manager = RecipeManager()
         manager.add_weight_only_config(".*", qtyping.TFLOperationName.ALL_SUPPORTED, 4, qtyping.QuantGranularity.BLOCKWISE_32)
         return manager.get_quantization_recipe()
