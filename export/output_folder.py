@@ -41,14 +41,15 @@ def manifest_file(path):
 def earlier_files(output_dir, keep):
     """Names of the export files in `output_dir` that `keep` (the new report's artifact names) does not hold.
 
-    An export file is any name `artifact_file` gives (every format, mode and `pixels`) and the calibration manifest
-    beside it (`manifest_file`), or an artifact that the folder's earlier `report.json` lists. The user's own other files are never named. Returns a sorted list.
+    An export file is any name `artifact_file` gives (every format, mode and `pixels`), a TFLite or ONNX file's
+    calibration manifest (`manifest_file`), or an artifact that the folder's earlier `report.json` lists. The user's
+    own other files are never named. Returns a sorted list.
     """
     if not os.path.isdir(output_dir):
         return []
     modes = {"saved_model": ["float32"], "tflite": QUANTIZATIONS, "onnx": ONNX_QUANTIZATIONS}
     names = {artifact_file(f, q, p) for f in FORMATS for q in modes[f] for p in (False, True)}
-    names |= {manifest_file(n) for n in names if n != artifact_file("saved_model", pixels=n.endswith("_pixels"))}
+    names |= {manifest_file(artifact_file(f, q, p)) for f in ("tflite", "onnx") for q in modes[f] for p in (False, True)}
     try:
         with open(os.path.join(output_dir, "report.json")) as f:
             names |= {row["name"] for row in json.load(f).get("artifacts", []) if isinstance(row.get("name"), str)}

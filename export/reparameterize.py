@@ -84,6 +84,20 @@ def _rewrites(model):
     return pairs + [(model.get_layer("encoder_norm"), [reader])]
 
 
+def _norm_outputs(model, images, batch_size):
+    """Each LayerNorm output that the rewrite reads, on `images`, in `_rewrites` order: per block norm_1's and
+    norm_2's, then what the first linear layer after encoder_norm reads (the pooled tokens: the class token's slice
+    and the token mean both keep channels, so a centre and scale pass through them exactly)."""
+    taps = keras.Model(model.inputs, [b.input for b in _blocks(model)] + [model.get_layer("pooling").output])
+    inputs = taps.predict(np.asarray(images, "float32"), batch_size=batch_size, verbose=0)
+    outputs = []
+    for block, x in zip(_blocks(model), inputs[:-1]):
+        first = np.asarray(block.norm_1(x))
+        mid = x + np.asarray(block.attention(first, first, training=False))
+        outputs += [first, np.asarray(block.norm_2(mid))]
+    return outputs + [inputs[-1]]
+
+
 def balance_layer_norms(model, images, batch_size=32):
     """A copy of a keras_vit ViT whose post-LayerNorm activations have balanced channel ranges (RepQ-ViT's
     reparameterisation, module doc), computing the same function.
@@ -115,18 +129,7 @@ def balance_layer_norms(model, images, batch_size=32):
             spread = np.maximum(np.abs(gamma), 1e-6 * np.abs(gamma).mean() + 1e-12)
             _fold(norm, beta, _scales(spread), readers)
         return copy
-    images = np.asarray(images, "float32")
-    # what each block reads, and what the first linear layer after encoder_norm reads (the pooled tokens: the class
-    # token's slice and the token mean both keep channels, so the centre and scale pass through them exactly)
-    taps = keras.Model(copy.inputs, [b.input for b in _blocks(copy)] + [copy.get_layer("pooling").output])
-    inputs = taps.predict(images, batch_size=batch_size, verbose=0)
-    outputs = []  # each rewritten LayerNorm's output on the images, in `_rewrites` order
-    for block, x in zip(_blocks(copy), inputs[:-1]):
-        first = np.asarray(block.norm_1(x))
-        mid = x + np.asarray(block.attention(first, first, training=False))
-        outputs += [first, np.asarray(block.norm_2(mid))]
-    outputs.append(inputs[-1])
-    for (norm, readers), values in zip(_rewrites(copy), outputs):
+    for (norm, readers), values in zip(_rewrites(copy), _norm_outputs(copy, images, batch_size)):
         centre, spread = _stats(values)
         _fold(norm, centre, _scales(spread), readers)
     return copy
@@ -143,16 +146,7 @@ def outlier_ratio(model, images, batch_size=32):
     """
     if not rewritable(model):
         return None
-    images = np.asarray(images, "float32")
-    taps = keras.Model(model.inputs, [b.input for b in _blocks(model)] + [model.get_layer("pooling").output])
-    inputs = taps.predict(images, batch_size=batch_size, verbose=0)
-    spreads = []
-    for block, x in zip(_blocks(model), inputs[:-1]):
-        first = np.asarray(block.norm_1(x))
-        spreads.append(_stats(first)[1])
-        mid = x + np.asarray(block.attention(first, first, training=False))
-        spreads.append(_stats(np.asarray(block.norm_2(mid)))[1])
-    spreads.append(_stats(inputs[-1])[1])
+    spreads = [_stats(values)[1] for values in _norm_outputs(model, images, batch_size)]
     return float(max(spread.max() / max(np.median(spread), 1e-12) for spread in spreads))
 
 

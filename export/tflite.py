@@ -321,40 +321,34 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
             "int8_mixed16") has a float op (`check_integer_only`).
     """
     mode = TFLITE[quantization]
-    if mode.converter == "litert_quantizer":  # LiteRT Quantizer quantises TensorFlow's float32 file of the same graph
-        source, owned = graph, False
-        if mode.balance_layer_norms:  # RepQ-ViT's LayerNorm rewrite first, proven exact on the float model
-            source, owned = balanced_graph(graph, samples)
-        try:
-            float_content = convert(source, FLOAT32, name=name)
-        finally:
-            if owned:
-                source.close()
-        content, ranges = quantize_with_ranges(float_content, quantization, samples, name=name, progress=progress)
-        if mode.activations == "int8_matmuls":  # the sensitivity pass: the few matmuls int8 costs most stay float32
-            def requantize(keep_float):
-                return quantize_with_ranges(float_content, quantization, samples, name=name, progress=progress,
-                                            keep_float=keep_float, calibration=ranges)[0]
-
-            content, kept = keep_sensitive_in_float(float_content, content, samples, requantize, graph.score_kind)
-            if kept:
-                print(f"{os.path.basename(name)}: {len(kept)} matrix product(s) kept in float32 by the sensitivity "
-                      f"pass (export.sensitivity): {', '.join(n.split(';')[0] for n in kept)}", flush=True)
-        check_builtin_ops(content, name)
-        if mode.integer_only:  # its int8 attention matmuls, as TensorFlow's integer-only files below
-            content = _integer_only(content, name)
-        return content
-
-    # TensorFlow's converter, set from the record: float16 weights; int8 weights with dynamic activations; or every
-    # tensor int8, calibrated (builtin int8 ops only)
-    if mode.balance_layer_norms:  # the exact LayerNorm rewrite first; from the weights alone without images
+    source, owned = graph, False
+    if mode.balance_layer_norms:  # RepQ-ViT's exact LayerNorm rewrite first, proven exact on the float model:
+        # measured on the calibration images in a calibrated mode, from the LayerNorms' weights alone in the others
         source, owned = balanced_graph(graph, samples if mode.calibrated else None)
+    try:
+        if mode.converter != "litert_quantizer":
+            # TensorFlow's converter, set from the record: float16 weights; int8 weights with dynamic activations;
+            # or every tensor int8, calibrated (builtin int8 ops only)
+            return _tensorflow_convert(source, mode, samples, io_type, progress, name)
+        # LiteRT Quantizer quantises TensorFlow's float32 file of the same graph
+        float_content = convert(source, FLOAT32, name=name)
+    finally:
         if owned:
-            try:
-                return _tensorflow_convert(source, mode, samples, io_type, progress, name)
-            finally:
-                source.close()
-    return _tensorflow_convert(graph, mode, samples, io_type, progress, name)
+            source.close()
+    content, ranges = quantize_with_ranges(float_content, quantization, samples, name=name, progress=progress)
+    if mode.activations == "int8_matmuls":  # the sensitivity pass: the few matmuls int8 costs most stay float32
+        def requantize(keep_float):
+            return quantize_with_ranges(float_content, quantization, samples, name=name, progress=progress,
+                                        keep_float=keep_float, calibration=ranges)[0]
+
+        content, kept = keep_sensitive_in_float(float_content, content, samples, requantize, graph.score_kind)
+        if kept:
+            print(f"{os.path.basename(name)}: {len(kept)} matrix product(s) kept in float32 by the sensitivity "
+                  f"pass (export.sensitivity): {', '.join(n.split(';')[0] for n in kept)}", flush=True)
+    check_builtin_ops(content, name)
+    if mode.integer_only:  # its int8 attention matmuls, as TensorFlow's integer-only files
+        content = _integer_only(content, name)
+    return content
 
 
 def _tensorflow_convert(graph, mode, samples, io_type, progress, name):
