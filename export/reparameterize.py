@@ -84,12 +84,24 @@ def _rewrites(model):
     return pairs + [(model.get_layer("encoder_norm"), [reader])]
 
 
+def _run(model, images, batch_size):
+    """`model`'s outputs on `images`, called batch by batch (NumPy; a list for several outputs). Called, not
+    `predict`: an export measures the same model on image counts that differ (every calibrated file, the stability
+    check's halves), and `predict` would retrace its function for each last batch and log TensorFlow's retracing
+    WARNING, which `keras-vit-export --verbose 0` must not show."""
+    images = np.asarray(images, "float32")
+    parts = [model(images[i : i + batch_size], training=False) for i in range(0, len(images), batch_size)]
+    if isinstance(parts[0], (list, tuple)):
+        return [np.concatenate([keras.ops.convert_to_numpy(p[k]) for p in parts]) for k in range(len(parts[0]))]
+    return np.concatenate([keras.ops.convert_to_numpy(p) for p in parts])
+
+
 def _norm_outputs(model, images, batch_size):
     """Each LayerNorm output that the rewrite reads, on `images`, in `_rewrites` order: per block norm_1's and
     norm_2's, then what the first linear layer after encoder_norm reads (the pooled tokens: the class token's slice
     and the token mean both keep channels, so a centre and scale pass through them exactly)."""
     taps = keras.Model(model.inputs, [b.input for b in _blocks(model)] + [model.get_layer("pooling").output])
-    inputs = taps.predict(np.asarray(images, "float32"), batch_size=batch_size, verbose=0)
+    inputs = _run(taps, images, batch_size)
     outputs = []
     for block, x in zip(_blocks(model), inputs[:-1]):
         first = np.asarray(block.norm_1(x))
@@ -194,8 +206,8 @@ def check_exact(original, rewritten, images, tolerance=EXACT_TOLERANCE, batch_si
     Raises:
         RuntimeError: it is above `tolerance` (the rewrite changed what the model computes).
     """
-    a = np.asarray(original.predict(images, batch_size=batch_size, verbose=0), "float64")
-    b = np.asarray(rewritten.predict(images, batch_size=batch_size, verbose=0), "float64")
+    a = np.asarray(_run(original, images, batch_size), "float64")
+    b = np.asarray(_run(rewritten, images, batch_size), "float64")
     relative = float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-12))
     if relative > tolerance:
         raise RuntimeError(f"the LayerNorm reparameterisation is not exact: outputs differ by {relative:.2e} of their "

@@ -71,9 +71,11 @@ def test_no_converter_noise_and_every_real_warning(trained_vit, image_folder, tm
     assert [m for m in WARNINGS + [ERROR] if m not in err] == [], err[-3000:]
     assert len(re.findall(r"^keras-vit-export: running on ", err, re.MULTILINE)) == 1
     assert "exporting model_int16x8.tflite ..." in out and "| model_int8.tflite |" in out
-    assert sorted(os.listdir(tmp_path / "export")) == ["labels.txt", "model_float32.tflite",
-                                                     "model_full_integer_int8.tflite", "model_int16x8.tflite",
-                                                     "model_int8.tflite", "report.json"]
+    assert sorted(os.listdir(tmp_path / "export")) == [
+        "labels.txt", "model_float32.tflite", "model_full_integer_int8.tflite",
+        "model_full_integer_int8.tflite.calibration.json", "model_int16x8.tflite",
+        "model_int16x8.tflite.calibration.json", "model_int8.tflite", "model_int8.tflite.calibration.json",
+        "report.json"]
 
 
 def test_verbose_2_shows_everything(trained_vit, image_folder, tmp_path):
