@@ -91,7 +91,8 @@ def test_full_patch_target_on_an_image_folder_ignores_the_labels(tmp_path, capsy
     assert report["labels_source"] == "none (the model outputs a feature vector)"
     assert report["classes"] is None and report["hidden_size"] == 32 and "feature vector" in report["agreement"]
     assert report["calibration_data"] == str(tmp_path / "photos") and report["num_verification_images"] == 2
-    assert sorted(os.listdir(tmp_path / "export")) == ["model_float32.tflite", "model_int8.tflite", "report.json"]
+    assert sorted(os.listdir(tmp_path / "export")) == ["model_float32.tflite", "model_int8.tflite",
+                                                     "model_int8.tflite.calibration.json", "report.json"]
     for row in report["artifacts"]:
         assert row["passed"] and row["features"] == 32 and "top1_agreement" not in row, row
         assert row["tolerance"] == TOKEN_TOLERANCES[row["quantization"]] and "ImageEmbedder" in row["mediapipe_skipped"]

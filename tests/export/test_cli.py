@@ -17,7 +17,7 @@ verify_module = importlib.import_module("export.verify")  # the package's `verif
 pytestmark = pytest.mark.export
 
 EXPECTED = ["labels.txt", "model.onnx", "model_dynamic_int8.tflite", "model_float16.tflite", "model_float32.tflite",
-            "model_int8.tflite", "report.json", "saved_model"]
+            "model_int8.tflite", "model_int8.tflite.calibration.json", "report.json", "saved_model"]
 
 
 def test_end_to_end_on_digits(trained_vit, tmp_path, capsys):
@@ -27,7 +27,7 @@ def test_end_to_end_on_digits(trained_vit, tmp_path, capsys):
     report = json.loads((out / "report.json").read_text())
     assert report["num_verification_images"] == 360 and report["labelled"]
     rows = {r["name"]: r for r in report["artifacts"]}
-    assert set(rows) == set(EXPECTED) - {"labels.txt", "report.json"}
+    assert set(rows) == set(EXPECTED) - {"labels.txt", "report.json", "model_int8.tflite.calibration.json"}
     assert all(r["passed"] for r in rows.values())
     for name in ("saved_model", "model_float32.tflite", "model.onnx"):
         assert rows[name]["relative_max_abs_diff"] <= 2e-5
