@@ -66,6 +66,15 @@ def _fold(norm, centre, scale, readers):
         reader.set_weights([kernel.astype("float32"), (bias + shift).astype("float32")])
 
 
+def _weight_scales(norm):
+    """Per channel, how far the LayerNorm `norm`'s outlier channels are scaled down by the rewrite from the weights
+    alone: LN(x)_j = gamma_j xhat_j + beta_j with xhat_j of unit scale reaches |gamma_j| + |beta_j|; a channel whose
+    reach is over `WEIGHT_OUTLIER` x the median channel's is brought down to that, every other channel keeps 1."""
+    gamma, beta = (np.asarray(w, "float64") for w in norm.get_weights())
+    reach = np.abs(gamma) + np.abs(beta)
+    return np.maximum(reach / (WEIGHT_OUTLIER * max(np.median(reach), 1e-12)), 1.0)
+
+
 def rewritable(model):
     """True if `balance_layer_norms` can rewrite `model`: a functional keras_vit ViT with encoder blocks,
     `encoder_norm`, `pooling` and a head `predictions` at its top level (not one nested in a wrapper model)."""
@@ -142,13 +151,11 @@ def balance_layer_norms(model, images, batch_size=32):
                          f"a Dense head `predictions`. Received: a model with layers {sorted(layer.name for layer in model.layers)}")
     copy = keras.models.clone_model(model)
     copy.set_weights(model.get_weights())
-    if images is None:  # from the weights alone: LN(x)_j = gamma_j xhat_j + beta_j, xhat_j of unit scale
+    if images is None:  # from the weights alone: only the outlier channels move, every other weight stays as trained
         for norm, readers in _rewrites(copy):
-            gamma, beta = (np.asarray(w, "float64") for w in norm.get_weights())
-            reach = np.abs(gamma) + np.abs(beta)  # how far channel j reaches for |xhat_j| <= 1
-            scale = np.maximum(reach / (WEIGHT_OUTLIER * max(np.median(reach), 1e-12)), 1.0)
-            if (scale > 1).any():  # only the outlier channels move: every other weight stays as trained
-                _fold(norm, np.zeros_like(gamma), scale, readers)
+            scale = _weight_scales(norm)
+            if (scale > 1).any():
+                _fold(norm, np.zeros_like(scale), scale, readers)
         return copy
     for (norm, readers), values in zip(_rewrites(copy), _norm_outputs(copy, images, batch_size)):
         centre, spread = _stats(values)
@@ -235,7 +242,8 @@ def balanced_graph(graph, samples):
 
     Returns:
         `(new graph, True)` (the caller closes it), or `(graph, False)` where the model is not a ViT this rewrite
-        knows (a ViT nested in a wrapper model): then nothing is rewritten.
+        knows (a ViT nested in a wrapper model), or, with `samples` None, has no outlier channel: then nothing is
+        rewritten.
 
     Raises:
         RuntimeError: the rewrite is not exact on the first 64 samples (`check_exact`).
@@ -243,6 +251,8 @@ def balanced_graph(graph, samples):
     model = graph.model
     if not rewritable(model):
         return graph, False
+    if samples is None and not any((_weight_scales(norm) > 1).any() for norm, _ in _rewrites(model)):
+        return graph, False  # no outlier channel: the rewrite would change nothing, so no second serving graph
     if samples is None:
         lo, hi = graph.model_range
         images = np.random.default_rng(0).uniform(lo, hi, (8, *graph.image_shape)).astype("float32")

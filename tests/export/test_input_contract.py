@@ -295,8 +295,9 @@ def test_include_preprocessing_files_have_their_own_names_and_input(trained_vit,
                         quantizations="float32,full_integer_int8", int8_io_type="uint8", calibration_data="digits",
                         include_preprocessing=True, measure_latency=False, mediapipe=False)
     assert sorted(os.listdir(tmp_path / "out")) == ["labels.txt", "model_float32_pixels.tflite",
-                                                    "model_full_integer_int8_pixels.tflite", "model_pixels.onnx",
-                                                    "report.json"]
+                                                    "model_full_integer_int8_pixels.tflite",
+                                                    "model_full_integer_int8_pixels.tflite.calibration.json",
+                                                    "model_pixels.onnx", "report.json"]
     assert all(r["passed"] for r in report["artifacts"])
     path = str(tmp_path / "out" / "model_float32_pixels.tflite")
     assert Interpreter(model_path=path).get_input_details()[0]["name"] == "serving_default_pixels:0"
