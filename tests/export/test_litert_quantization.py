@@ -91,8 +91,7 @@ def test_int16x8_calibration_is_the_envelope_of_every_image_not_a_moving_average
     interpreter = Interpreter(model_content=float_content)
     (key, signature), = interpreter.get_signature_list().items()
     (input_name,) = signature["inputs"]
-    quantizer = Quantizer(float_content, recipe("int16x8"))
-    merged = calibrate_min_max(quantizer, key, input_name, images, 1)
+    merged = calibrate_min_max(float_content, recipe("int16x8"), key, input_name, images, 1)
     # independent: every tensor of a float run, all intermediates kept, image by image
     interpreter = Interpreter(model_content=float_content, experimental_preserve_all_tensors=True)
     interpreter.allocate_tensors()
@@ -111,7 +110,7 @@ def test_int16x8_calibration_is_the_envelope_of_every_image_not_a_moving_average
         np.testing.assert_allclose(float(np.squeeze(merged[name]["min"])), low[name], rtol=1e-5, atol=1e-6, err_msg=name)
         np.testing.assert_allclose(float(np.squeeze(merged[name]["max"])), high[name], rtol=1e-5, atol=1e-6, err_msg=name)
     # the library's own calibration of the same images in one call is narrower somewhere (a moving average)
-    default = quantizer.calibrate({key: [{input_name: images[i : i + 1]} for i in range(len(images))]}, num_threads=1)
+    default = Quantizer(float_content, recipe("int16x8")).calibrate({key: [{input_name: images[i : i + 1]} for i in range(len(images))]}, num_threads=1)
     assert any(float(np.squeeze(default[n]["max"])) < high[n] - 1e-3 * max(1.0, abs(high[n])) for n in activations)
 
 
