@@ -183,8 +183,7 @@ def check_calibrated_files(results, artifacts, make, graph, samples, source, eva
                         graph.include_preprocessing)
         info["stability"] = found
         row["calibration"] = info
-        with open(manifest_file(row["path"]), "w") as f:
-            json.dump(info, f, indent=2)
+        _files.write_text(manifest_file(row["path"]), json.dumps(info, indent=2))  # a temporary file, then a rename
         if not found["checked"]:
             too_few = found["reason"]
         elif not found["stable"]:

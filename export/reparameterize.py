@@ -115,7 +115,8 @@ def _norm_outputs(model, images, batch_size):
     """Each LayerNorm output that the rewrite reads, on `images`, in `_rewrites` order: per block norm_1's and
     norm_2's, then what the first linear layer after encoder_norm reads (the pooled tokens: the class token's slice
     and the token mean both keep channels, so a centre and scale pass through them exactly)."""
-    taps = keras.Model(model.inputs, [b.input for b in _blocks(model)] + [model.get_layer("pooling").output])
+    # model.input: the input structure the model was built with (a list here would make Keras warn at every call)
+    taps = keras.Model(model.input, [b.input for b in _blocks(model)] + [model.get_layer("pooling").output])
     inputs = _run(taps, images, batch_size)
     outputs = []
     for block, x in zip(_blocks(model), inputs[:-1]):

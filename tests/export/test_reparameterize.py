@@ -28,11 +28,13 @@ def _images(n, seed):
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"classifier": "gap"}, {"representation_size": 16}])
-def test_the_rewrite_is_exact_and_leaves_the_original_alone(kwargs):
+def test_the_rewrite_is_exact_and_leaves_the_original_alone(kwargs, recwarn):
     model = _vit(**kwargs)
     before = [w.copy() for w in model.get_weights()]
     calibration, held_out = _images(32, 1), _images(16, 2)
     balanced = balance_layer_norms(model, calibration)
+    # measured quietly: Keras' "structure of `inputs` doesn't match" warning leaked into every int8 export's output
+    assert not [w for w in recwarn if "structure of `inputs`" in str(w.message)]
     assert check_exact(model, balanced, held_out) <= EXACT_TOLERANCE  # on images it was not fitted on
     for a, b in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)
