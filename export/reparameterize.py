@@ -66,13 +66,19 @@ def _fold(norm, centre, scale, readers):
         reader.set_weights([kernel.astype("float32"), (bias + shift).astype("float32")])
 
 
-def _weight_scales(norm):
-    """Per channel, how far the LayerNorm `norm`'s outlier channels are scaled down by the rewrite from the weights
-    alone: LN(x)_j = gamma_j xhat_j + beta_j with xhat_j of unit scale reaches |gamma_j| + |beta_j|; a channel whose
-    reach is over `WEIGHT_OUTLIER` x the median channel's is brought down to that, every other channel keeps 1."""
-    gamma, beta = (np.asarray(w, "float64") for w in norm.get_weights())
-    reach = np.abs(gamma) + np.abs(beta)
-    return np.maximum(reach / (WEIGHT_OUTLIER * max(np.median(reach), 1e-12)), 1.0)
+def _weight_outliers(model):
+    """`[(LayerNorm, readers, scale)]` for the rewrite from the weights alone, only the LayerNorms (of `_rewrites`)
+    that have an outlier channel: LN(x)_j = gamma_j xhat_j + beta_j with xhat_j of unit scale reaches
+    |gamma_j| + |beta_j|; a channel whose reach is over `WEIGHT_OUTLIER` x the median channel's is scaled down to
+    that (scale_j > 1), every other channel keeps scale 1."""
+    found = []
+    for norm, readers in _rewrites(model):
+        gamma, beta = (np.asarray(w, "float64") for w in norm.get_weights())
+        reach = np.abs(gamma) + np.abs(beta)
+        scale = np.maximum(reach / (WEIGHT_OUTLIER * max(np.median(reach), 1e-12)), 1.0)
+        if (scale > 1).any():
+            found.append((norm, readers, scale))
+    return found
 
 
 def rewritable(model):
@@ -153,10 +159,8 @@ def balance_layer_norms(model, images, batch_size=32):
     copy = keras.models.clone_model(model)
     copy.set_weights(model.get_weights())
     if images is None:  # from the weights alone: only the outlier channels move, every other weight stays as trained
-        for norm, readers in _rewrites(copy):
-            scale = _weight_scales(norm)
-            if (scale > 1).any():
-                _fold(norm, np.zeros_like(scale), scale, readers)
+        for norm, readers, scale in _weight_outliers(copy):
+            _fold(norm, np.zeros_like(scale), scale, readers)
         return copy
     for (norm, readers), values in zip(_rewrites(copy), _norm_outputs(copy, images, batch_size)):
         centre, spread = _stats(values)
@@ -252,7 +256,7 @@ def balanced_graph(graph, samples):
     model = graph.model
     if not rewritable(model):
         return graph, False
-    if samples is None and not any((_weight_scales(norm) > 1).any() for norm, _ in _rewrites(model)):
+    if samples is None and not _weight_outliers(model):
         return graph, False  # no outlier channel: the rewrite would change nothing, so no second serving graph
     if samples is None:
         lo, hi = graph.model_range

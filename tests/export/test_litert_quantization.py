@@ -110,7 +110,8 @@ def test_int16x8_calibration_is_the_envelope_of_every_image_not_a_moving_average
         np.testing.assert_allclose(float(np.squeeze(merged[name]["min"])), low[name], rtol=1e-5, atol=1e-6, err_msg=name)
         np.testing.assert_allclose(float(np.squeeze(merged[name]["max"])), high[name], rtol=1e-5, atol=1e-6, err_msg=name)
     # the library's own calibration of the same images in one call is narrower somewhere (a moving average)
-    default = Quantizer(float_content, recipe("int16x8")).calibrate({key: [{input_name: images[i : i + 1]} for i in range(len(images))]}, num_threads=1)
+    steps = [{input_name: images[i : i + 1]} for i in range(len(images))]
+    default = Quantizer(float_content, recipe("int16x8")).calibrate({key: steps}, num_threads=1)
     assert any(float(np.squeeze(default[n]["max"])) < high[n] - 1e-3 * max(1.0, abs(high[n])) for n in activations)
 
 
