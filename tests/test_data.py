@@ -139,6 +139,22 @@ def test_from_directory_with_real_photos(tmp_path):
     assert set(np.concatenate([y.numpy() for _, y in train]).tolist() + [int(v) for _, y in val for v in y]) == {0, 1}
 
 
+def test_from_directory_traces_its_decoder_once_a_process(tmp_path):
+    """The training and validation pipelines, their up-front checks and read_image share one traced decoder a
+    setting (`image_files.file_decoder`): a second pipeline does not trace the EXIF parser and decoders again."""
+    from keras_vit.data import image_files
+
+    _write_image_folder(tmp_path)
+    decoder = image_files.file_decoder(False)
+    assert image_files.file_decoder(False) is decoder and image_files.file_decoder(True) is not decoder
+    for subset in ("training", "validation"):
+        ds = data.from_directory(tmp_path, image_size=32, batch_size=4, validation_split=0.2, subset=subset, seed=1)
+        assert sum(int(y.shape[0]) for _, y in ds) == ds.num_examples
+    assert decoder.experimental_get_tracing_count() == 1  # 4 decoding maps (2 checks, 2 pipelines), 1 trace
+    path = sorted(tmp_path.glob("*/*.png"))[0]
+    np.testing.assert_array_equal(data.read_image(path), np.asarray(Image.open(path).convert("RGB"), np.float32))
+
+
 def test_from_directory_missing_empty_or_too_small(tmp_path):
     with pytest.raises(ValueError, match=r"`directory` must be an existing folder"):
         data.from_directory(tmp_path / "nope", image_size=32)

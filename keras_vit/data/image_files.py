@@ -266,13 +266,8 @@ def read_image(path, *, exif_orientation=True, max_pixels=MAX_PIXELS):
     path = str(path)
     check_max_pixels(max_pixels)
     gif_flag = check_image_file(path, "`path` is")
-    key = (exif_orientation, max_pixels)
-    if key not in _READERS:  # one traced function a setting: a file in about a millisecond
-        _READERS[key] = tf.function(
-            lambda p, flag: decode_image_file(p, flag, exif_orientation, max_pixels),
-            input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int32)])
     try:
-        return _READERS[key](tf.constant(path), tf.constant(gif_flag, tf.int32)).numpy()
+        return file_decoder(True, exif_orientation, max_pixels)(tf.constant(path), tf.constant(gif_flag, tf.int32)).numpy()
     except tf.errors.OpError as e:
         raise ValueError(f"the image file {path!r} cannot be read: {_op_reason(e)}; remove or replace it") from None
 
@@ -283,7 +278,32 @@ def check_max_pixels(max_pixels):
         raise ValueError(f"`max_pixels` must be None (no limit) or an int >= 1. Received: max_pixels={max_pixels!r}")
 
 
-_READERS = {}
+_DECODERS = {}
+
+
+def file_decoder(gif_test, exif_orientation=True, max_pixels=MAX_PIXELS):
+    """`decode_image_file` as one traced `tf.function` of (path, gif_flag) a setting, shared by the whole process.
+
+    `from_directory` calls it twice (the up-front check and the pipeline's map) and `read_image` once a file:
+    traced once, each later pipeline or file reuses the graph instead of tracing the EXIF parser and the decoders
+    again (about 2 s a trace on this project's AVX2 AMD EPYC; `from_directory` of two files 6.1 s -> 2.4 s,
+    benchmarks/findings/suite-time-avx2.md). Inside a `tf.data` map the function is one call op.
+
+    Args:
+        gif_test: bool; False leaves out the GIF transparency test (no file is a GIF: `gif_flag` is ignored).
+        exif_orientation, max_pixels: as `decode_image_file`.
+
+    Returns:
+        A callable of (path: string scalar tensor, gif_flag: int32 scalar tensor) returning float32
+        `(height, width, c)` in [0, 255]; it raises tf.errors.OpError (InvalidArgumentError) for a file that
+        cannot be read or decoded.
+    """
+    key = (bool(gif_test), exif_orientation, max_pixels)
+    if key not in _DECODERS:
+        _DECODERS[key] = tf.function(
+            lambda p, flag: decode_image_file(p, flag if gif_test else None, exif_orientation, max_pixels),
+            input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int32)])
+    return _DECODERS[key]
 
 
 def decode_image_file(path, gif_flag, exif_orientation=True, max_pixels=MAX_PIXELS):

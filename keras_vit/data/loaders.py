@@ -37,7 +37,7 @@ tf = tensorflow("keras_vit.data (tf.data input pipelines)")
 from keras_vit import augmentation  # noqa: E402
 from keras_vit.data import pipeline as _pipeline
 from keras_vit.data.image_files import (  # noqa: E402
-    MAX_PIXELS, check_decodable, check_image_file, decode_image_file, check_max_pixels,
+    MAX_PIXELS, check_decodable, check_image_file, file_decoder, check_max_pixels,
 )
 from keras_vit.data.image_folder import IMAGE_EXTENSIONS, count_images, list_image_folder  # noqa: E402, F401
 from keras_vit.data.subsets import labels_subset  # noqa: E402
@@ -404,9 +404,7 @@ def from_directory(
     files = tf.data.Dataset.from_tensor_slices(((paths, np.array(gif_flags, "int32")), np.array(labels, "int32")))
     any_gif = max(gif_flags, default=-1) >= 0
 
-    def decode(path, gif_flag):
-        return decode_image_file(path, gif_flag if any_gif else None, exif_orientation, max_pixels)
-
+    decode = file_decoder(any_gif, exif_orientation, max_pixels)  # traced once a process (each setting)
     check_decodable(paths, gif_flags, decode)
     mixing = _pipeline.augmentations(rand_augment, random_erasing, mixup_alpha, cutmix_alpha, class_names)
     ds = _pipeline.finish(files, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(paths), decode,
