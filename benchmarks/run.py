@@ -459,9 +459,12 @@ def main(argv=None):
     peak_sources = {dtype: source for dtype, (_, source) in measured.items()}
     print(f"matmul peak: float32 {peaks['float32']:.0f} GFLOP/s ({peak_sources['float32']}), "
           f"bfloat16 {peaks['bfloat16']:.0f} GFLOP/s ({peak_sources['bfloat16']})", flush=True)
-    # peaks None: each child measures its own (`_child`); the parent's figures head the tables
-    settings = {"models": models, "image": image, "batch": batch, "steps": steps, "warmup": warmup, "peaks": None,
-                "peak_size": peak_size}
+    # peaks None: each child measures its own (`_child`); the parent's figures head the tables. --quick (a smoke run,
+    # two jobs sharing the CPU) hands the parent's peaks down: measuring them again in each of its 28 children (TensorFlow
+    # with and without XLA and PyTorch, float32 and emulated bfloat16) took 8.4 s a child, plus 2.1 s importing PyTorch,
+    # on an AVX2-only AMD EPYC (benchmarks/findings/suite-time-avx2.md).
+    settings = {"models": models, "image": image, "batch": batch, "steps": steps, "warmup": warmup,
+                "peaks": peaks if args.quick else None, "peak_size": peak_size}
     rows, failed = [], 0
     # A full or partial run measures one job at a time. --quick checks that every job runs, not how fast: it runs two
     # at a time (the test suite's smoke run took 4 minutes one by one), so its figures come from a shared CPU.
