@@ -278,7 +278,9 @@ def calibrate_min_max(float_content, quantization_recipe, signature_key, input_n
     `qsv_utils.min_max_update` (element-wise min and max, as TensorFlow's
     converter calibrates), in one calibrator: one read of the model for all
     images (one calibrator per image spent 26 of 36 s re-reading the tests'
-    16 px ViT, 400 times, on an AMD EPYC, 2026-12-06).
+    16 px ViT, 400 times, on an AMD EPYC, 2026-12-06). The images run in
+    its profiler-based mode (C++ min/max, the same values); one image in
+    its default mode says which tensors, in which shapes.
 
     Args:
         float_content: bytes of the float32 `.tflite` file to be quantised.
@@ -291,16 +293,33 @@ def calibrate_min_max(float_content, quantization_recipe, signature_key, input_n
     Returns:
         `{tensor name: QSV dict}` for `Quantizer.quantize`, with "min" and "max" as arrays.
     """
+    import numpy as np
     from litert_quantizer import calibrator
     from litert_quantizer.recipe_manager import RecipeManager
     from litert_quantizer.utils import qsv_utils
 
     manager = RecipeManager()
     manager.load_quantization_recipe(quantization_recipe)
-    calibration = calibrator.Calibrator(bytes(float_content), num_threads=num_threads,
-                                        qsv_update_func=qsv_utils.min_max_update)
-    calibration.calibrate({signature_key: [{input_name: samples[i : i + 1]} for i in range(len(samples))]}, manager)
-    return calibration.get_model_qsvs()
+    steps = [{input_name: samples[i : i + 1]} for i in range(len(samples))]
+
+    def calibrated(images, mode=calibrator.CalibrationMode.CALIBRATION_PRESERVE_ALL_TENSORS):
+        calibration = calibrator.Calibrator(bytes(float_content), num_threads=num_threads,
+                                            qsv_update_func=qsv_utils.min_max_update, mode=mode)
+        calibration.calibrate({signature_key: images}, manager)
+        return calibration.get_model_qsvs()
+
+    # The tensors the recipe calibrates, in the library's own shapes and float32: its default mode, on one image.
+    template = calibrated(steps[:1])
+    # Every image's extremes, gathered by LiteRT's C++ profiler (the library's CALIBRATION_PROFILER_BASED mode:
+    # per-tensor min and max, float64 scalars, every tensor): the same values, 0.02-0.07x the time of the default
+    # mode's Python pass over every op of every image on the tests' ViT (files byte for byte the same;
+    # benchmarks/findings/suite-time-avx2.md).
+    ranges = calibrated(steps, calibrator.CalibrationMode.CALIBRATION_PROFILER_BASED)
+    if not all(name in ranges and np.size(qsv["min"]) == np.size(qsv["max"]) == 1 for name, qsv in template.items()):
+        return calibrated(steps)  # a tensor the profiler did not see, or a per-channel range: the default mode
+    return {name: {**qsv, **{key: np.reshape(ranges[name][key], np.shape(qsv[key])).astype(np.asarray(qsv[key]).dtype)
+                             for key in ("min", "max")}}
+            for name, qsv in template.items()}
 
 
 def inline_buffers(content):
