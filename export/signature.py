@@ -250,6 +250,9 @@ class ServingGraph:
         from keras_vit.layers import model_class_names
 
         self._work = None  # first: `__del__` runs even when a check below raises
+        # TensorFlow's float32 .tflite of this graph, made on first use (`export.tflite.convert`): the float32 file
+        # and the float base of every LiteRT Quantizer mode of an export are one conversion, not one each
+        self.float32_tflite = None
         given = parse_input_range(input_range)
         if len(model.output_shape) not in (2, 3) or not is_int(model.output_shape[-1]):
             raise ValueError(

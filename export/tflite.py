@@ -326,6 +326,10 @@ def convert(graph, quantization="float32", samples=None, io_type="float32", prog
         # measured on the calibration images in a calibrated mode, from the LayerNorms' weights alone in the others
         source, owned = balanced_graph(graph, samples if mode.calibrated else None)
     try:
+        if quantization == FLOAT32 and io_type == "float32":  # one conversion a graph (`ServingGraph.float32_tflite`)
+            if source.float32_tflite is None:
+                source.float32_tflite = _tensorflow_convert(source, mode, samples, io_type, progress, name)
+            return source.float32_tflite
         if mode.converter != "litert_quantizer":
             # TensorFlow's converter, set from the record: float16 weights; int8 weights with dynamic activations;
             # or every tensor int8, calibrated (builtin int8 ops only)
