@@ -286,8 +286,8 @@ def file_decoder(gif_test, exif_orientation=True, max_pixels=MAX_PIXELS):
 
     `from_directory` calls it twice (the up-front check and the pipeline's map) and `read_image` once a file:
     traced once, each later pipeline or file reuses the graph instead of tracing the EXIF parser and the decoders
-    again (about 2 s a trace on this project's AVX2 AMD EPYC; `from_directory` of two files 6.1 s -> 2.4 s,
-    benchmarks/findings/suite-time-avx2.md). Inside a `tf.data` map the function is one call op.
+    again (about 2 s a trace on this project's AVX2 AMD EPYC: a later `from_directory` of two files 3.6-4.7 s ->
+    1.5-2.1 s, benchmarks/findings/suite-time-avx2.md). Inside a `tf.data` map the function is one call op.
 
     Args:
         gif_test: bool; False leaves out the GIF transparency test (no file is a GIF: `gif_flag` is ignored).
