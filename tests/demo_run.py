@@ -54,12 +54,13 @@ def trained(tmp_path_factory):
 
 
 def exported(tmp_path_factory):
-    """(the export folder, keras-vit-export's printed table) of the demo model, as `make demo`'s runs/demo/export."""
+    """(the export folder, keras-vit-export's printed table) of the demo model, as `make demo`'s runs/demo/export;
+    the page of `--web` beside it (the export folder's parent / "web", as runs/demo/web)."""
     out = trained(tmp_path_factory)
 
     def export(folder):
         table = run(["-m", "export", str(out / "model.keras"), *demo_export_flags(), "--output-dir",
-                     str(folder / "export")], timeout=1500)
+                     str(folder / "export"), "--web", str(folder / "web")], timeout=1500)  # as the Makefile's demo
         (folder / "table.txt").write_text(table)
 
     folder = shared_cache.folder("demo_export", export, tmp_path_factory)

@@ -1,36 +1,43 @@
 """`make demo` as the README states it (3 of 3): the demo model's files in the browser, and the guides' blocks
 that need `make demo`'s files, run on this run's demo (tests/demo_run.py)."""
 
-import json
 import os
 
+import keras
 import numpy as np
 import pytest
 from PIL import Image
 
+from export.images import load_data
+from export.verify import Artifact
+from export.web_check import check_in_browser
 from tests import demo_run, doc_blocks
 
 pytestmark = [pytest.mark.slow, pytest.mark.export]
 
 
-def test_demo_files_in_the_browser(tmp_path_factory, tmp_path):
-    """Issue 31 on the demo model: its float32 and int8 .tflite files in MediaPipe Tasks for Web and its .onnx in
-    onnxruntime-web, in headless Chromium, give Keras' top-1 on the 360 held-out digits within the files' bars; the
-    page `--web` writes (as `make demo` does) holds the float32 file."""
-    model = demo_run.trained(tmp_path_factory) / "model.keras"
-    out = tmp_path
-    demo_run.run(["-m", "export", str(model), "--formats", "tflite,onnx", "--quantization", "float32,int8",
-                  "--onnx-quantization", "float32", "--calibration-data", "digits", "--no-latency", "--web-check",
-                  "--web", str(out / "web"), "--output-dir", str(out / "web_export")], timeout=1500)
-    rows = {r["name"]: r for r in json.loads((out / "web_export" / "report.json").read_text())["artifacts"]}
-    assert set(rows) == {"model_float32.tflite", "model_int8.tflite", "model.onnx"}
+def test_demo_files_in_the_browser(tmp_path_factory):
+    """Issue 31 on the demo model: the float32 and int8 .tflite files `make demo` wrote, in MediaPipe Tasks for Web,
+    and its .onnx in onnxruntime-web, in headless Chromium (`export.web_check.check_in_browser`, what `--web-check`
+    runs), give Keras' top-1 on the 360 held-out digits within the files' bars; the page `--web` wrote (as
+    `make demo` does) holds the float32 file. (`--web-check` itself, end to end: tests/export/test_web.py.)"""
+    export, _ = demo_run.exported(tmp_path_factory)
+    model = keras.saving.load_model(demo_run.trained(tmp_path_factory) / "model.keras")
+    _, images, labels, _ = load_data("digits", model)  # the export's own verification images, as it read them
+    assert len(images) == 360
+    names = {"model_float32.tflite": ("tflite", "float32"), "model_int8.tflite": ("tflite", "int8"),
+             "model.onnx": ("onnx", "float32")}
+    artifacts = [Artifact(name, fmt, str(export / name), q) for name, (fmt, q) in names.items()]
+    rows = [{"name": a.name, "scores": "probabilities", "passed": True} for a in artifacts]
+    check_in_browser(model, artifacts, rows, images, labels, measure_latency=False)
+    rows = {row["name"]: row for row in rows}
     for name, row in rows.items():
         assert row["passed"] and row["web_failures"] == [] and "web_unsupported" not in row, row
         assert abs(row["web_accuracy"] - row["web_keras_accuracy"]) <= 0.01, row
     for name in ("model_float32.tflite", "model.onnx"):
         assert rows[name]["web_relative_max_abs_diff"] <= 2e-5 and rows[name]["web_top1_agreement"] == 1.0, rows[name]
     assert rows["model_int8.tflite"]["web_decisive_top1_agreement"] >= 0.97
-    assert (out / "web" / "model_float32.tflite").read_bytes() == (out / "web_export" / "model_float32.tflite").read_bytes()
+    assert (export.parent / "web" / "model_float32.tflite").read_bytes() == (export / "model_float32.tflite").read_bytes()
 
 
 def test_demo_guide_blocks_run_on_the_demo_files(tmp_path_factory, tmp_path):
