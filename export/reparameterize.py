@@ -21,9 +21,10 @@ y' then spans about the same symmetric range. Rewritten pairs, for each
 encoder block: `norm_1` -> the attention's query, key and value kernels
 (one s for the three, they read the same tensor); `norm_2` -> `mlp_dense_1`;
 and `encoder_norm` -> the head `predictions` or `pre_logits` (through the
-class token's slice or the token mean, which keep channels). `check_exact` proves the copy equal to the
-original within a relative 1e-5 of the largest output before anything is
-quantised.
+class token's slice or the token mean, which keep channels; a distilled
+model's `DistilledHead` has two heads, both rewritten). `check_exact` proves
+the copy equal to the original within a relative 1e-5 of the largest output
+before anything is quantised.
 """
 
 import keras
@@ -56,14 +57,18 @@ def _scales(spread):
 
 def _fold(norm, centre, scale, readers):
     """Applies one rewrite: `norm`'s gamma and beta, then each reader Dense / EinsumDense (kernel's first axis the
-    channels, bias over the rest) takes the centre and scale."""
+    channels, bias over the rest) takes the centre and scale; a `DistilledHead` holds two (kernel, bias) pairs, the
+    class head's and the distillation head's, each reading one token of the same LayerNorm."""
     gamma, beta = (np.asarray(w, "float64") for w in norm.get_weights())
     norm.set_weights([(gamma / scale).astype("float32"), ((beta - centre) / scale).astype("float32")])
     for reader in readers:
-        kernel, bias = (np.asarray(w, "float64") for w in reader.get_weights())
-        shift = np.tensordot(centre, kernel, axes=([0], [0]))
-        kernel = kernel * scale.reshape((-1,) + (1,) * (kernel.ndim - 1))
-        reader.set_weights([kernel.astype("float32"), (bias + shift).astype("float32")])
+        weights = [np.asarray(w, "float64") for w in reader.get_weights()]
+        new = []
+        for kernel, bias in zip(weights[0::2], weights[1::2]):
+            shift = np.tensordot(centre, kernel, axes=([0], [0]))
+            kernel = kernel * scale.reshape((-1,) + (1,) * (kernel.ndim - 1))
+            new += [kernel.astype("float32"), (bias + shift).astype("float32")]
+        reader.set_weights(new)
 
 
 def _weight_outliers(model):

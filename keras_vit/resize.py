@@ -192,12 +192,14 @@ def _copy_encoder(old, new, old_grid, new_grid, interpolation):
         # A copy: on JAX, assigning the variable itself shares its buffer, which the new model's first jitted
         # call frees (donation), and the old model lost its class token ("Array has been deleted").
         new.cls.assign(keras.ops.convert_to_numpy(old.cls))
+    if old.distillation_token:
+        new.dist.assign(keras.ops.convert_to_numpy(old.dist))
     kind = old.position_embedding_kind
     if kind == "learned":
         table = keras.ops.convert_to_numpy(old.position_embedding)
         if tuple(new_grid) != tuple(old_grid):
             table = resample_position_embedding(
-                table, new_grid, int(old.class_token), source_grid=old_grid, interpolation=interpolation
+                table, new_grid, old.prefix_tokens, source_grid=old_grid, interpolation=interpolation
             )
         new.position_embedding.assign(table)
     elif kind == "learned_2d":

@@ -51,7 +51,7 @@ UNKNOWN_SECONDS = 30.0
 # tensorflow_only and skipped there).
 BACKEND_TESTS = ("tests/layers", "tests/models", "tests/weights", "tests/test_inspect.py", "tests/test_resize.py",
                  "tests/test_training.py", "tests/test_channels_first.py", "tests/test_preprocessing.py",
-                 "tests/test_losses.py")
+                 "tests/test_losses.py", "tests/test_distillation.py")
 PASSES = ("tensorflow", "jax", "torch")
 NO_TESTS_COLLECTED = 5  # pytest's exit status when a shard's filters select no test
 # Modules that share a model made once per run (tests/shared_cache.py) and read it one after another: packed into one

@@ -141,7 +141,7 @@ def _local(args):
         raise ValueError(f"--weights {path} takes the architecture of the checkpoint; drop "
                          + ", ".join("--" + k.replace("_", "-") for k in given))
     build = {k: config[k] for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
-                                    "representation_size", "classifier", "class_token")}
+                                    "representation_size", "classifier", "class_token", "distillation_token")}
     if config["resnet_num_layers"]:
         build.update(resnet_num_layers=config["resnet_num_layers"], resnet_width_factor=config["resnet_width_factor"])
     from keras_vit.models.resnet import output_stride

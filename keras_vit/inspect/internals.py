@@ -28,7 +28,7 @@ def _describe(model):
 
         stride = output_stride(stages)
     d["pixels_per_patch"] = d["patch_size"] * stride
-    d["prefix"] = int(d["class_token"])
+    d["prefix"] = d["encoder"].prefix_tokens
     return d
 
 
@@ -164,7 +164,7 @@ def attention_distance(attentions, grid, pixels_per_patch, num_prefix_tokens):
         attentions: list of (batch, heads, seq, seq) arrays.
         grid: (rows, cols) of the patch grid.
         pixels_per_patch: patch side in pixels.
-        num_prefix_tokens: 0 or 1.
+        num_prefix_tokens: 0, 1 (class token) or 2 (and DeiT's distillation token).
 
     Returns:
         float32 (num_layers, num_heads).

@@ -1,4 +1,4 @@
-"""Patch embedding, class token and position embeddings (ViT paper, Eq. 1; Appendix D.4)."""
+"""Patch embedding, class token (and DeiT's distillation token) and position embeddings (ViT paper, Eq. 1; D.4)."""
 
 import keras
 from keras import ops
@@ -43,6 +43,14 @@ class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
     position embedding (a learned constant added to the learned class token
     would change nothing).
 
+    Distillation token (DeiT, Touvron et al., ICML 2021, Sec. 4 and Fig. 2;
+    the reference `DistilledVisionTransformer` of facebookresearch/deit
+    `models.py`): with `distillation_token=True` a second learned token
+    follows the class token, z_0 = [x_class; x_distil; x_p^1 E; ...] + E_pos,
+    with its own row of the learned position table; the model's
+    distillation head reads its final state. The class token and
+    distillation token are the sequence's prefix (`prefix_tokens`, 1 or 2).
+
     Any resolution: given patches as a grid `(batch, rows, cols, patch_dim)`
     (`Patches(flatten=False)`), the layer accepts any rows and cols, also
     unknown until call time. When they differ from the table's grid
@@ -58,12 +66,16 @@ class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
             init as the reference's embedding convolution; bias zeros.
         `class_token`: (1, 1, hidden_size), zeros init (reference `cls`);
             only when `class_token=True`.
+        `distillation_token`: (1, 1, hidden_size), truncated normal stddev
+            0.02 (DeiT's `dist_token`); only when `distillation_token=True`.
         the position-embedding weights above, all float32.
 
     Args:
         hidden_size: int >= 1, the width D of every token.
         class_token: bool, default True. Prepend a learnable class token.
             Models with `classifier="gap"` are built without one.
+        distillation_token: bool, default False. Put DeiT's learned
+            distillation token after the class token (needs `class_token`).
         dropout_rate: float in [0, 1), default 0. Dropout on the embedded
             sequence, active only when `training=True`.
         position_embedding: "learned" (default), "learned_2d", "sincos_2d"
@@ -86,12 +98,14 @@ class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
 
     Output shape:
         `(batch, seq_len, hidden_size)` in the compute dtype, seq_len =
-        rows * cols (+ 1 with a class token); weights stay float32 under
+        rows * cols + `prefix_tokens` (1 with a class token, 2 with the
+        distillation token too, 0 without); weights stay float32 under
         mixed precision.
 
     Raises:
         ValueError: `hidden_size` is not a positive int; `dropout_rate` is
-            not in [0, 1); `class_token` is not a bool; an unknown
+            not in [0, 1); `class_token` or `distillation_token` is not a
+            bool, or a distillation token without a class token; an unknown
             `position_embedding` or `interpolation`; a `hidden_size` the kind
             cannot split; a bad `grid_size`; an input that is not rank 3 with
             known `num_patches` and `patch_dim` matching `grid_size`, or
@@ -118,6 +132,7 @@ class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
         grid_size=None,
         interpolation="bilinear",
         quantized_sublayers=None,
+        distillation_token=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -125,6 +140,10 @@ class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
         hidden_size = check_positive_int("hidden_size", hidden_size)
         check_rate("dropout_rate", dropout_rate)
         check_bool("class_token", class_token)
+        check_bool("distillation_token", distillation_token)
+        if distillation_token and not class_token:
+            raise ValueError("`distillation_token=True` puts DeiT's distillation token after the class token and "
+                             "needs one. Received: class_token=False")
         check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
         check_choice("interpolation", interpolation, INTERPOLATIONS)
         if position_embedding == "learned_2d" and hidden_size % 2:
@@ -139,6 +158,7 @@ class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
             )
         self.hidden_size = hidden_size
         self.class_token = class_token
+        self.distillation_token = distillation_token
         self.dropout_rate = dropout_rate
         self.position_embedding_kind = position_embedding
         self.grid_size = check_grid("grid_size", grid_size)
@@ -190,12 +210,15 @@ class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
         self._quantize_sublayers_as_saved()
         if self.class_token:
             self.cls = self.add_weight(name="class_token", shape=(1, 1, self.hidden_size), initializer="zeros")
+        if self.distillation_token:
+            self.dist = self.add_weight(name="distillation_token", shape=(1, 1, self.hidden_size),
+                                        initializer=keras.initializers.TruncatedNormal(stddev=0.02))
         init = keras.initializers.RandomNormal(stddev=0.02)
         kind = self.position_embedding_kind
         if kind == "learned":
             rows = input_shape[1] if self.grid_size is None else self.grid_size[0] * self.grid_size[1]
             self.position_embedding = self.add_weight(
-                name="position_embedding", shape=(1, rows + int(self.class_token), self.hidden_size), initializer=init
+                name="position_embedding", shape=(1, rows + self.prefix_tokens, self.hidden_size), initializer=init
             )
         elif kind == "learned_2d":
             half = self.hidden_size // 2
@@ -206,12 +229,18 @@ class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
                 name="position_embedding_y", shape=(self.grid_size[0], half), initializer=init
             )
 
+    @property
+    def prefix_tokens(self):
+        """int: the tokens before the patches: 1 for the class token, 2 with the distillation token, 0 for none."""
+        return int(self.class_token) + int(self.distillation_token)
+
     def position_table(self, rows=None, cols=None):
         """Returns E_pos for a rows x cols patch grid, float32 (prefix + rows * cols, hidden_size), or None.
 
         `rows`/`cols` default to the table's grid (`grid_size`) and may be
-        scalar int tensors. The first row is the class token's (zeros for the
-        kinds other than "learned"); None for "none".
+        scalar int tensors. The first `prefix_tokens` rows are the class
+        token's (and the distillation token's): zeros for the kinds other
+        than "learned"; None for "none".
         """
         kind = self.position_embedding_kind
         if kind == "none":
@@ -222,7 +251,7 @@ class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
         rows = grid[0] if rows is None else rows
         cols = grid[1] if cols is None else cols
         same = (is_int(rows) and is_int(cols) and (rows, cols) == tuple(grid))
-        prefix = int(self.class_token)
+        prefix = self.prefix_tokens
         if kind == "learned":
             table = ops.cast(self.position_embedding[0], "float32")
             if same:
@@ -270,7 +299,7 @@ class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
         return self.projection(inputs), rows, cols
 
     def embed(self, x, rows=None, cols=None, training=None):
-        """Prepends the class token, adds the position embeddings and applies dropout (paper Eq. 1).
+        """Prepends the class (and distillation) token, adds the position embeddings, applies dropout (paper Eq. 1).
 
         Args:
             x: projected patch tokens `(batch, rows * cols, hidden_size)`, as
@@ -279,12 +308,13 @@ class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
             training: enables dropout.
 
         Returns:
-            `(batch, rows * cols + class_token, hidden_size)`, compute dtype.
+            `(batch, rows * cols + prefix_tokens, hidden_size)`, compute dtype.
         """
         if self.class_token:
             batch = ops.shape(x)[0]
-            cls = ops.broadcast_to(ops.cast(self.cls, x.dtype), (batch, 1, self.hidden_size))
-            x = ops.concatenate([cls, x], axis=1)
+            tokens = [self.cls, self.dist] if self.distillation_token else [self.cls]
+            prefix = [ops.broadcast_to(ops.cast(t, x.dtype), (batch, 1, self.hidden_size)) for t in tokens]
+            x = ops.concatenate(prefix + [x], axis=1)
         table = self.position_table(rows, cols)
         if table is not None:
             x = x + ops.cast(table, x.dtype)[None]
@@ -296,7 +326,7 @@ class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
             num_patches = None if rows is None or cols is None else rows * cols
         else:
             num_patches = input_shape[1]
-        seq_len = None if num_patches is None else num_patches + int(self.class_token)
+        seq_len = None if num_patches is None else num_patches + self.prefix_tokens
         return (input_shape[0], seq_len, self.hidden_size)
 
     def get_config(self):
@@ -305,6 +335,7 @@ class PatchEncoder(QuantizedSublayers, keras.layers.Layer):
             {
                 "hidden_size": self.hidden_size,
                 "class_token": self.class_token,
+                "distillation_token": self.distillation_token,
                 "dropout_rate": self.dropout_rate,
                 "position_embedding": self.position_embedding_kind,
                 "grid_size": None if self.grid_size is None else list(self.grid_size),

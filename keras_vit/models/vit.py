@@ -14,8 +14,8 @@ from keras_vit.common.validation import (
     check_rate,
     is_int,
 )
-from keras_vit.layers import (ClassifierHead, ImageSizeCheck, LayerNormalization, Patches, PatchEncoder, SequencePooling,
-                              TransformerBlock)
+from keras_vit.layers import (ClassifierHead, DistilledHead, ImageSizeCheck, LayerNormalization, Patches, PatchEncoder,
+                              SequencePooling, TransformerBlock)
 from keras_vit.layers.classifier_head import check_class_names
 from keras_vit.layers.position_embedding import INTERPOLATIONS, POSITION_EMBEDDINGS
 from keras_vit.models import checkpoint_hook
@@ -57,6 +57,7 @@ def VisionTransformer(
     position_embedding_interpolation="bilinear",
     include_preprocessing=False,
     class_names=None,
+    distillation_token=False,
 ):
     """Builds a Vision Transformer as a functional `keras.Model`.
 
@@ -160,6 +161,17 @@ def VisionTransformer(
             (`keras_vit.layers.ClassifierHead`) in the model's config, so
             they travel inside its `.keras` file to `keras-vit-export`.
             Needs `include_top=True`.
+        distillation_token: bool, default False. True builds DeiT's
+            distilled ViT (Touvron et al., ICML 2021, Sec. 4; reference
+            `DistilledVisionTransformer`): a learned distillation token after
+            the class token, with its own position-embedding row
+            (`PatchEncoder`), and a second head on its final state; the head
+            `predictions` (`keras_vit.layers.DistilledHead`) averages the two
+            heads' logits, then applies `classifier_activation`. Train it
+            against a teacher with `keras_vit.distillation.Distiller`. With
+            `include_top=False`, pooling "token" gives the mean of the two
+            tokens' states (timm's features). Needs `classifier="token"` and
+            no `representation_size` (DeiT has no pre-logits layer).
 
     Input:
         `(batch, height, width, channels)` images, float32 (integer data is
@@ -172,7 +184,8 @@ def VisionTransformer(
         softmax, logits with None), float32 even under mixed precision.
         `include_top=False`: `(batch, seq_len, hidden_size)` for
         `pooling=None`, `(batch, hidden_size)` otherwise, in the compute dtype.
-        seq_len = (height / patch_size) * (width / patch_size) + class token.
+        seq_len = (height / patch_size) * (width / patch_size) + class token
+        (+ distillation token).
 
     Raises:
         ValueError: first, when `keras.config.image_data_format()` is
@@ -188,7 +201,9 @@ def VisionTransformer(
             outside [0, 1), an unknown weights value, or weights that do not
             load into this configuration (`keras_vit.weights.CheckpointError`,
             a ValueError naming the key and both shapes); `class_names`
-            that are not `classes` distinct strings, or given without a head.
+            that are not `classes` distinct strings, or given without a head;
+            `distillation_token` with `classifier="gap"` or a
+            `representation_size`.
 
     Example:
 
@@ -235,6 +250,13 @@ def VisionTransformer(
     check_bool("include_top", include_top)
     check_bool("approximate_gelu", approximate_gelu)
     check_bool("include_preprocessing", include_preprocessing)
+    check_bool("distillation_token", distillation_token)
+    if distillation_token and classifier != "token":
+        raise ValueError("`distillation_token=True` (DeiT) reads the class token: it needs classifier='token'. "
+                         f"Received: classifier={classifier!r}")
+    if distillation_token and representation_size is not None:
+        raise ValueError("`distillation_token=True` (DeiT) has no pre-logits layer: leave representation_size None. "
+                         f"Received: representation_size={representation_size!r}")
     if class_names is not None and not include_top:
         raise ValueError("`class_names` names the head's classes and needs include_top=True. "
                          f"Received: class_names={class_names!r}, include_top=False")
@@ -282,6 +304,7 @@ def VisionTransformer(
         position_embedding=position_embedding,
         grid_size=grid,
         interpolation=position_embedding_interpolation,
+        distillation_token=distillation_token,
         name="patch_encoder",
     )(x)
     depth_rates = np.linspace(0.0, stochastic_depth_rate, num_layers) if num_layers > 1 else [stochastic_depth_rate]
@@ -299,11 +322,11 @@ def VisionTransformer(
     x = LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
 
     if include_top:
-        mode = "token" if classifier == "token" else "avg"
-        x = SequencePooling(mode, class_token=class_token, name="pooling")(x)
+        mode = "tokens" if distillation_token else "token" if classifier == "token" else "avg"
+        x = SequencePooling(mode, class_token=class_token, distillation_token=distillation_token, name="pooling")(x)
         if representation_size is not None:
             x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
-        x = ClassifierHead(
+        x = (DistilledHead if distillation_token else ClassifierHead)(
             classes,
             class_names=class_names,
             kernel_initializer="zeros",
@@ -312,7 +335,7 @@ def VisionTransformer(
             name="predictions",
         )(x)
     elif pooling is not None:
-        x = SequencePooling(pooling, class_token=class_token, name="pooling")(x)
+        x = SequencePooling(pooling, class_token=class_token, distillation_token=distillation_token, name="pooling")(x)
 
     inputs = image_input if input_tensor is None else keras.utils.get_source_inputs(input_tensor)
     model = keras.Model(inputs, x, name=name)

@@ -220,7 +220,7 @@ class MaskedPatchPrediction(keras.Model):
         for block in self._blocks:
             x = block(x, training=training)
         x = self._norm(x)
-        return x[:, 1:] if self._encoder.class_token else x
+        return x[:, self._encoder.prefix_tokens:]
 
     def call(self, inputs, training=None):
         """Per-patch predictions, float32 `(batch, N, outputs)`; see the class docstring."""

@@ -83,7 +83,8 @@ def infer_config(arrays, num_heads=None):
 
     Returns:
         dict with patch_size, hidden_size, num_layers, num_heads, mlp_dim,
-        representation_size, class_token, classifier ("token" whenever there
+        representation_size, class_token, distillation_token (DeiT's
+        `dist` token and second head), classifier ("token" whenever there
         is a class token: the file does not record pooling), classes (or
         None without a head), image_size (square side in pixels, assuming a
         square patch grid with or without a class-token row, or None when
@@ -108,8 +109,9 @@ def infer_config(arrays, num_heads=None):
     layers = len({k.split("/")[1] for k in canon if k.startswith("Transformer/encoderblock_")})
     q = canon[f"{BLOCK.format(0)}/{ATTENTION}/query/kernel"]
     class_token = "cls" in canon
-    try:  # a square grid, with or without a class-token row
-        side = read_position_table(canon[POS].shape[1], class_token)[1][0]
+    distillation_token = "dist" in canon
+    try:  # a square grid, with or without a class-token row (and a distillation token's row before it)
+        side = read_position_table(canon[POS].shape[1] - distillation_token, class_token)[1][0]
     except CheckpointError:  # not square: the file cannot tell the grid
         side = None
     resnet, width_factor, channels, stride = None, 1, int(kernel.shape[2]), 1
@@ -131,6 +133,7 @@ def infer_config(arrays, num_heads=None):
         "mlp_dim": int(canon[f"{BLOCK.format(0)}/{MLP}/Dense_0/kernel"].shape[1]),
         "representation_size": int(canon["pre_logits/kernel"].shape[1]) if "pre_logits/kernel" in canon else None,
         "class_token": class_token,
+        "distillation_token": distillation_token,
         # A file cannot tell a class-token model that pools by averaging (classifier="gap", class_token=True).
         "classifier": "token" if class_token else "gap",
         "classes": int(canon["head/kernel"].shape[1]) if "head/kernel" in canon else None,

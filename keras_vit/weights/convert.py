@@ -104,7 +104,7 @@ def convert(
     build = {
         k: config[k]
         for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "representation_size",
-                  "classifier", "class_token", "resnet_num_layers", "resnet_width_factor")
+                  "classifier", "class_token", "distillation_token", "resnet_num_layers", "resnet_width_factor")
         if k not in ("resnet_num_layers", "resnet_width_factor") or config["resnet_num_layers"]
     }
     build.update(include_top=include_top, classes=classes, input_shape=(height, width, config["channels"]),

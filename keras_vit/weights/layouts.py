@@ -6,6 +6,7 @@ pre-linen Flax names of Google's original `.npz` files
 CHECKPOINTS.md), with arrays in the shapes those files use:
 
     cls                                                        (1, 1, D)
+    dist               DeiT's distillation token, distilled models (1, 1, D)
     embedding/kernel, embedding/bias                           (P, P, C, D), (D,)
     Transformer/posembed_input/pos_embedding                   (1, S, D)
     Transformer/encoderblock_{i}/LayerNorm_0/{scale,bias}      (D,)
@@ -18,6 +19,7 @@ CHECKPOINTS.md), with arrays in the shapes those files use:
     Transformer/encoder_norm/{scale,bias}                       (D,)
     pre_logits/{kernel,bias}                                    (D, R), (R,)
     head/{kernel,bias}                                          (D or R, K), (K,)
+    head_dist/{kernel,bias}   DeiT's distillation head          (D, K), (K,)
 
 Layouts read (`detect_layout` names them):
     "google": pre-linen Flax (`MultiHeadDotProductAttention_1`, `LayerNorm_0/2`,
@@ -28,9 +30,12 @@ Layouts read (`detect_layout` names them):
         layers stacked on a leading axis).
     "huggingface": transformers' ViT (`vit.embeddings...`, `encoder.layer.{i}.
         attention.attention.query` in 4.x files, `layers.{i}.attention.q_proj`
-        in 5.x), PyTorch (out, in) layouts.
+        in 5.x), PyTorch (out, in) layouts; its DeiT (`deit.` prefix,
+        `embeddings.distillation_token`, `cls_classifier` and
+        `distillation_classifier` of `DeiTForImageClassificationWithTeacher`).
     "timm": `cls_token`, `pos_embed`, `blocks.{i}.attn.qkv` (fused), PyTorch
-        layouts.
+        layouts; DeiT's distilled models add `dist_token` and `head_dist`
+        (timm's `VisionTransformerDistilled`).
 The rules follow timm's `_load_weights` / `_n2p` and big_vision's
 `load`/`convert_pre_linen` (CHECKPOINTS.md).
 """
@@ -129,7 +134,7 @@ def detect_layout(arrays):
         return "big_vision"
     if any(k.startswith("Transformer/") for k in stripped) or "embedding/kernel" in stripped:
         return "google"
-    if any(k.startswith(("vit.", "embeddings.")) for k in keys):
+    if any(k.startswith(("vit.", "deit.", "embeddings.")) for k in keys):
         return "huggingface"
     if "patch_embed.proj.weight" in keys or any(k.startswith("blocks.") for k in keys):
         return "timm"
@@ -250,10 +255,11 @@ def _norm(out, target, arrays, source, used):
     used.update({f"{source}.weight", f"{source}.bias"})
 
 
-def _common_torch(arrays, out, used, cls, pos, patch):
-    if cls in arrays:
-        out["cls"] = arrays[cls]
-        used.add(cls)
+def _common_torch(arrays, out, used, cls, pos, patch, dist):
+    for key, name in ((cls, "cls"), (dist, "dist")):
+        if key in arrays:
+            out[name] = arrays[key]
+            used.add(key)
     out[POS] = arrays[pos]
     out["embedding/kernel"] = _get(arrays, f"{patch}.weight", "PyTorch").transpose(2, 3, 1, 0)  # OIHW -> HWIO
     out["embedding/bias"] = _get(arrays, f"{patch}.bias", "PyTorch")
@@ -267,14 +273,14 @@ def _get(arrays, key, layout):
 
 
 def _from_hf(arrays, num_heads):
-    arrays = {k[4:] if k.startswith("vit.") else k: v for k, v in arrays.items()}
+    arrays = {k.split(".", 1)[1] if k.startswith(("vit.", "deit.")) else k: v for k, v in arrays.items()}
     out, used = {}, set()
     _resnet_from_torch(arrays, out, used, "embeddings.patch_embeddings.backbone.bit.", "embedder.convolution",
                        "embedder.norm", "encoder.stages.{}.layers.{}.")
     for key in ("embeddings.position_embeddings", "embeddings.patch_embeddings.projection.weight"):
         _get(arrays, key, "huggingface")
     _common_torch(arrays, out, used, "embeddings.cls_token", "embeddings.position_embeddings",
-                  "embeddings.patch_embeddings.projection")
+                  "embeddings.patch_embeddings.projection", "embeddings.distillation_token")
     indices = sorted({int(m.group(2)) for k in arrays if (m := re.match(r"(encoder\.layer|layers)\.(\d+)\.", k))})
     for i in indices:
         new = f"layers.{i}" if f"layers.{i}.attention.q_proj.weight" in arrays else None
@@ -296,7 +302,8 @@ def _from_hf(arrays, num_heads):
         out.update(_attention(prefix, w["q"], w["k"], w["v"], b["q"], b["k"], b["v"], w["o"], b["o"],
                               num_heads, f"{names['q']}.weight"))
         _norms_and_mlp(out, prefix, arrays, used, names["ln1"], names["ln2"], names["fc1"], names["fc2"])
-    return _finish(out, arrays, used, "huggingface", "layernorm", "pooler.dense", "classifier")
+    head = "cls_classifier" if "cls_classifier.weight" in arrays else "classifier"  # DeiT's two heads, ViT's one
+    return _finish(out, arrays, used, "huggingface", "layernorm", "pooler.dense", head, "distillation_classifier")
 
 
 def _from_timm(arrays, num_heads):
@@ -307,7 +314,7 @@ def _from_timm(arrays, num_heads):
     _resnet_from_torch(arrays, out, used, "patch_embed.backbone.", "stem.conv", "stem.norm", "stages.{}.blocks.{}.")
     for key in ("pos_embed", "patch_embed.proj.weight", "norm.weight"):
         _get(arrays, key, "timm")
-    _common_torch(arrays, out, used, "cls_token", "pos_embed", "patch_embed.proj")
+    _common_torch(arrays, out, used, "cls_token", "pos_embed", "patch_embed.proj", "dist_token")
     indices = sorted({int(m.group(1)) for k in arrays if (m := re.match(r"blocks\.(\d+)\.", k))})
     for i in indices:
         p = f"blocks.{i}"
@@ -323,7 +330,7 @@ def _from_timm(arrays, num_heads):
         prefix = BLOCK.format(i)
         out.update(_attention(prefix, q, k, v, qb, kb, vb, o, ob, num_heads, f"{p}.attn.qkv.weight"))
         _norms_and_mlp(out, prefix, arrays, used, f"{p}.norm1", f"{p}.norm2", f"{p}.mlp.fc1", f"{p}.mlp.fc2")
-    return _finish(out, arrays, used, "timm", "norm", "pre_logits.fc", "head")
+    return _finish(out, arrays, used, "timm", "norm", "pre_logits.fc", "head", "head_dist")
 
 
 def _resnet_from_torch(arrays, out, used, prefix, stem_conv, stem_norm, unit):
@@ -366,13 +373,15 @@ def _norms_and_mlp(out, prefix, arrays, used, ln1, ln2, fc1, fc2):
     _dense(out, f"{prefix}/{MLP}/Dense_1", arrays, fc2, used)
 
 
-def _finish(out, arrays, used, layout, norm, pre_logits, head):
-    """Final norm, optional pre_logits and head, then the check that every array found a place."""
+def _finish(out, arrays, used, layout, norm, pre_logits, head, head_dist):
+    """Final norm, optional pre_logits, head and DeiT's distillation head, then the check that every array found a
+    place."""
     _norm(out, "Transformer/encoder_norm", arrays, norm, used)
     if f"{pre_logits}.weight" in arrays:
         _dense(out, "pre_logits", arrays, pre_logits, used)
-    if f"{head}.weight" in arrays:
-        _dense(out, "head", arrays, head, used)
+    for source, target in ((head, "head"), (head_dist, "head_dist")):
+        if f"{source}.weight" in arrays:
+            _dense(out, target, arrays, source, used)
     _check_all_used(arrays, used, layout)
     return out
 
@@ -383,6 +392,6 @@ def _check_all_used(arrays, used, layout):
         raise CheckpointError(
             f"{layout} checkpoint has keys keras_vit's ViT has no place for: {', '.join(unknown[:6])}"
             + (f" and {len(unknown) - 6} more" if len(unknown) > 6 else "")
-            + " (a different architecture, e.g. distillation or register tokens, or fc_norm)"
+            + " (a different architecture, e.g. register tokens, or fc_norm)"
         )
 

@@ -75,6 +75,7 @@ def describe(model):
         "position_embedding": encoder.position_embedding_kind,
         "hidden_size": encoder.hidden_size,
         "class_token": encoder.class_token,
+        "distillation_token": encoder.distillation_token,
         "num_layers": len(blocks),
         "num_heads": blocks[0].num_heads if blocks else None,
         "mlp_dim": blocks[0].mlp_dim if blocks else None,
@@ -135,6 +136,8 @@ def model_variables(model):
     out.update({"embedding/kernel": enc.projection.kernel, "embedding/bias": enc.projection.bias})
     if d["class_token"]:
         out["cls"] = enc.cls
+    if d["distillation_token"]:
+        out["dist"] = enc.dist
     for i, block in enumerate(d["blocks"]):
         out.update({f"{BLOCK.format(i)}/{k}": v for k, v in _block_variables(block).items()})
     out["Transformer/encoder_norm/scale"] = d["encoder_norm"].gamma
@@ -142,6 +145,8 @@ def model_variables(model):
     for name, layer in (("pre_logits", d["pre_logits"]), ("head", d["head"])):
         if layer is not None:
             out[f"{name}/kernel"], out[f"{name}/bias"] = layer.kernel, layer.bias
+    if d["distillation_token"] and d["head"] is not None:  # keras_vit.layers.DistilledHead
+        out["head_dist/kernel"], out["head_dist/bias"] = d["head"].distillation_kernel, d["head"].distillation_bias
     return out
 
 
@@ -316,6 +321,12 @@ def load_pretrained(
     table has is read from its row count (`read_position_table`), or from
     `source_grid` when given.
 
+    DeiT's distilled models (`distillation_token=True`; timm's `dist_token`
+    and `head_dist`, Hugging Face's `DeiTForImageClassificationWithTeacher`)
+    load into a model built with `distillation_token=True`: the distillation
+    token, the table's two prefix rows (kept when resampled) and both heads,
+    which load or are zeroed together.
+
     Heads (paper Sec. 3.2: the pre-trained head is removed and a
     zero-initialised one attached for fine-tuning):
         head="auto" (default): the checkpoint's head is loaded when its shape
@@ -409,8 +420,15 @@ def load_pretrained(
             f"Checkpoint {source!r} {'has' if has_cls else 'has no'} class token ('cls'), "
             f"the model {'has' if d['class_token'] else 'has none'} (class_token={d['class_token']})"
         )
+    has_dist = "dist" in canon
+    if has_dist != d["distillation_token"]:
+        raise CheckpointError(
+            f"Checkpoint {source!r} {'has' if has_dist else 'has no'} distillation token (DeiT's 'dist_token'), "
+            f"the model {'has' if d['distillation_token'] else 'has none'} "
+            f"(distillation_token={d['distillation_token']}; build it with distillation_token={has_dist})"
+        )
     for key, var in variables.items():
-        if key in ("embedding/kernel",) or key.startswith(("head/", "pre_logits/")):
+        if key in ("embedding/kernel",) or key.startswith(("head/", "head_dist/", "pre_logits/")):
             continue
         take(key, var.shape)
 
@@ -420,8 +438,13 @@ def load_pretrained(
     pos = canon[POS]
     if pos.ndim != 3 or pos.shape[0] != 1 or pos.shape[1] < 1 or pos.shape[2] != width:
         raise CheckpointError(f"Checkpoint key {POS!r} has shape {pos.shape}, the model needs (1, tokens, {width})")
-    class_row, old_grid, other = read_position_table(pos.shape[1], has_cls, d["grid"], source_grid)
-    prefix = int(class_row)
+    # DeiT's distilled tables always hold the distillation token's row after the class token's: read the rest
+    class_row, old_grid, other = read_position_table(pos.shape[1] - has_dist, has_cls, d["grid"], source_grid)
+    if has_dist and not class_row:
+        raise CheckpointError(f"Checkpoint key {POS!r} has {pos.shape[1]} rows: a distilled (DeiT) table needs a row "
+                              f"for the class token and one for the distillation token before the patches' "
+                              f"{old_grid[0]}x{old_grid[1]}")
+    prefix = int(class_row) + int(has_dist)
     if other is not None:
         report.say(
             f"Checkpoint key {POS!r}: read its {pos.shape[1]} rows as {_reading(class_row, old_grid)}; they "
@@ -431,7 +454,7 @@ def load_pretrained(
     if old_grid != tuple(d["grid"]):
         resampled = resample_position_embedding(pos, d["grid"], prefix, old_grid, interpolation, antialias)
         report.resampled = (old_grid, tuple(d["grid"]))
-        kept = "; class token row kept" if class_row else ""
+        kept = "; class and distillation token rows kept" if has_dist else "; class token row kept" if class_row else ""
         report.say(
             f"Resampled position embeddings from a {old_grid[0]}x{old_grid[1]} to a {d['grid'][0]}x{d['grid'][1]} "
             f"patch grid ({interpolation}{', antialiased' if antialias else ''}{kept})"
@@ -458,6 +481,7 @@ def load_pretrained(
     # Head
     has_head = "head/kernel" in canon
     zero = has_head and (not np.any(canon["head/kernel"]) and not np.any(canon["head/bias"]))
+    heads = ("head", "head_dist") if d["distillation_token"] else ("head",)
     zero = zero or bool(entry is not None and entry.zero_head)
     if d["head"] is None:
         report.head = "none"
@@ -470,6 +494,8 @@ def load_pretrained(
             reason = "head='reset'"
         elif not has_head:
             reason = "the checkpoint has no head"
+        elif d["distillation_token"] and "head_dist/kernel" not in canon:
+            reason = "the checkpoint has no distillation head (a DeiT file with the class head only)"
         elif tuple(canon["head/kernel"].shape) != tuple(kernel.shape):
             reason = (f"the checkpoint's head has shape {tuple(canon['head/kernel'].shape)}, "
                       f"the model's {tuple(kernel.shape)} (classes={kernel.shape[1]})")
@@ -480,16 +506,19 @@ def load_pretrained(
         if reason is not None and head == "load":
             raise CheckpointError(f"head='load' but the head cannot be loaded: {reason}")
         if reason is None:
-            take("head/kernel", kernel.shape)
-            take("head/bias", bias.shape)
+            for name in heads:
+                take(f"{name}/kernel", kernel.shape)
+                take(f"{name}/bias", bias.shape)
             report.head = "loaded"
         else:
-            values["head/kernel"] = np.zeros(kernel.shape, np.float32)
-            values["head/bias"] = np.zeros(bias.shape, np.float32)
+            for name in heads:
+                values[f"{name}/kernel"] = np.zeros(kernel.shape, np.float32)
+                values[f"{name}/bias"] = np.zeros(bias.shape, np.float32)
             report.head = "reset"
             report.say(f"Head re-initialised to zeros ({reason}); fine-tune it before use as a classifier")
 
-    known = set(values) | {"pre_logits/kernel", "pre_logits/bias", "head/kernel", "head/bias"}
+    known = set(values) | {"pre_logits/kernel", "pre_logits/bias", "head/kernel", "head/bias", "head_dist/kernel",
+                           "head_dist/bias"}
     unknown = sorted(set(canon) - known)
     if unknown:
         raise CheckpointError(
@@ -503,7 +532,7 @@ def load_pretrained(
         targets[key].assign(value.astype(targets[key].dtype))
     for message in report.messages:  # only once the load has succeeded
         LOG.warning(message)
-    report.loaded = sorted(k for k in values if not (k.startswith("head/") and report.head == "reset"))
+    report.loaded = sorted(k for k in values if not (k.startswith(("head/", "head_dist/")) and report.head == "reset"))
     return report
 
 

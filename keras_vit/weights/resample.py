@@ -70,8 +70,9 @@ def resample_position_embedding(
         position_embedding: array (1, num_prefix_tokens + rows * cols, D) or
             (num_prefix_tokens + rows * cols, D), any float dtype.
         target_grid: (rows, cols) of the new grid, ints >= 1.
-        num_prefix_tokens: 0 or 1: rows before the grid (the class token),
-            decided by the caller from the checkpoint (never guessed).
+        num_prefix_tokens: 0, 1 or 2: rows before the grid (the class token,
+            and DeiT's distillation token), kept as they are; decided by the
+            caller from the checkpoint (never guessed).
         source_grid: optional (rows, cols) of the old grid; default square.
         interpolation: "bilinear" or "bicubic".
         antialias: bool; only with "bicubic" (the reference bilinear has none).
@@ -97,8 +98,8 @@ def resample_position_embedding(
     check_bool("antialias", antialias)
     if antialias and interpolation != "bicubic":
         raise ValueError("`antialias=True` needs interpolation='bicubic' (the reference bilinear has no antialiasing)")
-    if num_prefix_tokens not in (0, 1) or isinstance(num_prefix_tokens, bool):
-        raise ValueError(f"`num_prefix_tokens` must be 0 or 1. Received: num_prefix_tokens={num_prefix_tokens!r}")
+    if num_prefix_tokens not in (0, 1, 2) or isinstance(num_prefix_tokens, bool):
+        raise ValueError(f"`num_prefix_tokens` must be 0, 1 or 2. Received: num_prefix_tokens={num_prefix_tokens!r}")
     pe = np.asarray(position_embedding, dtype=np.float32)
     if pe.ndim == 3 and pe.shape[0] == 1:
         pe = pe[0]

@@ -17,7 +17,7 @@ def test_modes():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match=r"`mode` must be one of 'token', 'avg', 'max'. Received: mode='mean'"):
+    with pytest.raises(ValueError, match=r"`mode` must be one of 'token', 'avg', 'max', 'tokens'. Received: mode='mean'"):
         SequencePooling("mean")
     with pytest.raises(ValueError, match=r"needs a class token"):
         SequencePooling("token", class_token=False)

@@ -271,8 +271,8 @@ def test_bicubic_antialias_option_and_its_errors():
         resample_position_embedding(pe[:, :-1], (2, 2), 1)
     with pytest.raises(ValueError, match=r"`source_grid` must be \(rows, cols\) with rows \* cols = 16"):
         resample_position_embedding(pe, (2, 2), 1, source_grid=(3, 5))
-    with pytest.raises(ValueError, match="`num_prefix_tokens` must be 0 or 1"):
-        resample_position_embedding(pe, (2, 2), 2)
+    with pytest.raises(ValueError, match=r"`num_prefix_tokens` must be 0, 1 or 2. Received: num_prefix_tokens=3"):
+        resample_position_embedding(pe, (2, 2), 3)
     with pytest.raises(ValueError, match="`interpolation` must be one of 'bilinear', 'bicubic'"):
         resample_position_embedding(pe, (2, 2), 1, interpolation="nearest")
 

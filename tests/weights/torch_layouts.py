@@ -39,3 +39,17 @@ def timm_names(state, layers):
             for t in ("weight", "bias"):
                 out[f"blocks.{i}.{ours}.{t}"] = s[f"{p}.{theirs}.{t}"]
     return out
+
+
+def timm_deit_names(state, layers):
+    """A Hugging Face `DeiTForImageClassificationWithTeacher` state dict in timm's `VisionTransformerDistilled` names
+    (`dist_token`, `head`, `head_dist`), q/k/v fused into one qkv."""
+    s = {k.replace("deit.", "vit.", 1): v for k, v in state.items()}
+    s["vit.layernorm.weight"], s["vit.layernorm.bias"] = s.pop("vit.layernorm.weight"), s.pop("vit.layernorm.bias")
+    s["classifier.weight"], s["classifier.bias"] = s.pop("cls_classifier.weight"), s.pop("cls_classifier.bias")
+    dist = s.pop("vit.embeddings.distillation_token")
+    head_dist = s.pop("distillation_classifier.weight"), s.pop("distillation_classifier.bias")
+    out = timm_names(s, layers)
+    out["dist_token"] = dist
+    out["head_dist.weight"], out["head_dist.bias"] = head_dist
+    return out
