@@ -56,6 +56,7 @@ from keras_vit.common import files as _files
 from keras_vit.common.validation import check_image_size
 from keras_vit.cli import init_from as _init_from
 from keras_vit.cli import run_files as _run_files
+from keras_vit.cli import teacher as _teacher
 from keras_vit.cli import train_weights as _train_weights
 from keras_vit.cli.args import (  # noqa: F401 (DEFAULTS and the argument groups are keras_vit.train's names too)
     DEFAULTS,
@@ -113,6 +114,7 @@ def build_parser():
     t.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (0 for sgd)")
     t.add_argument("--ema-momentum", type=float, default=None, help="average the weights (e.g. 0.998); default: off")
     add_recipe_arguments(p)
+    _teacher.add_teacher_arguments(p)
     add_output_arguments(p, "runs/train", "model.keras and the metrics")
     return _cli.complete_help(p)  # every flag's default in --help
 
@@ -403,7 +405,8 @@ def run(args):
         ValueError: a bad argument (names it), or an output folder that
             already holds a model while `args.overwrite` is False.
     """
-    warmup_epochs = check_run_args(args, ("model.keras", "metrics.json", "history.json", "training_curve.png"))
+    outputs = ("model.keras", "metrics.json", "history.json", "training_curve.png")
+    warmup_epochs = check_run_args(args, outputs + (("teacher.keras",) if args.teacher == _teacher.CNN else ()))
     if not 0 < args.labels_fraction <= 1:
         raise ValueError(f"--labels-fraction must be in (0, 1]. Received: {args.labels_fraction}")
     if args.freeze_backbone and args.weights is None and args.init_from is None:
@@ -416,6 +419,9 @@ def run(args):
     else:
         model_config, image_size = builder_config(args)
     settings = _recipe_settings(args)  # after the model flags' own checks
+    args.pretrained = pretrained
+    teacher, distillation = _teacher.resolve(args, settings)
+    settings["distillation"] = distillation  # what the run applies (metrics.json's recipe_settings)
     out = args.output_dir
     model_path = os.path.join(out, "model.keras")
 
@@ -449,6 +455,7 @@ def run(args):
         "dropout_rate": settings["dropout_rate"],
         "stochastic_depth_rate": settings["stochastic_depth_rate"],
         "position_embedding": args.position_embedding or "learned",
+        **({"distillation_token": True} if teacher and pretrained is None else {}),
     }
     steps_per_epoch = count_steps(train)
     total_steps = args.epochs * steps_per_epoch
@@ -467,23 +474,33 @@ def run(args):
                   "go to metrics.json only; pass keras-vit-export --labels")
         if args.freeze_backbone:
             _train_weights.freeze_backbone(model)
-        training.compile_model(
-            model,
-            total_steps=total_steps,
-            optimizer=args.optimizer,
-            learning_rate=args.learning_rate,
-            warmup_steps=int(warmup_epochs * steps_per_epoch),
-            weight_decay=args.weight_decay,
-            label_smoothing=settings["label_smoothing"],
-            ema_momentum=args.ema_momentum,
-            jit_compile=jit_compile,
-        )
-    hist, train_time = fit_with_backup(model, train, val, args, strategy, chief)
-    results, eval_time = timed_evaluate(model, val)
+
+        def compile_fn(trained, steps, warmup_steps, ema_momentum=None, from_logits=True):
+            training.compile_model(trained, total_steps=steps, optimizer=args.optimizer,
+                                   learning_rate=args.learning_rate, warmup_steps=warmup_steps,
+                                   weight_decay=args.weight_decay, label_smoothing=settings["label_smoothing"],
+                                   ema_momentum=ema_momentum, jit_compile=jit_compile, from_logits=from_logits)
+
+        trainer, teacher_metrics = model, {}
+        if teacher is not None:  # DeiT: the student trains against the frozen teacher (keras_vit.distillation)
+            from keras_vit.distillation import Distiller
+
+            teacher_net, teacher_metrics = _teacher.teacher_model(  # a teacher file that does not fit: refused
+                teacher, args, train, val, model, compile_fn,
+                lambda cnn: chief and atomic_write(os.path.join(out, "teacher.keras"), cnn.save))
+            trainer = Distiller(model, teacher_net, distillation=distillation, temperature=args.temperature)
+        # the head's activation says logits or not; a Distiller's call gives the two heads' logits
+        compile_fn(trainer, total_steps, int(warmup_epochs * steps_per_epoch), args.ema_momentum,
+                   from_logits=None if trainer is model else True)
+    hist, train_time = fit_with_backup(trainer, train, val, args, strategy, chief)
+    results, eval_time = timed_evaluate(trainer, val)
     num_val = sum(int(y.shape[0]) for _, y in val)
     num_train = train.num_examples or steps_per_epoch * args.batch_size
     metrics = {
-        **run_metrics(results, eval_time, num_val, train_time, num_train, args, model, strategy),
+        **run_metrics(results, eval_time, num_val, train_time, num_train, args, trainer, strategy),
+        "parameters": int(model.count_params()),  # the student's alone
+        **teacher_metrics,
+        "distillation": distillation,
         "class_names": list(train.class_names),
         "init_from": args.init_from,
         "weights": args.weights,

@@ -9,12 +9,13 @@ from tests.test_train_cli import TINY
 
 
 def test_recipes_are_the_papers_rows():
-    assert list(recipes.RECIPES) == ["paper", "augreg-light", "augreg-medium", "augreg-heavy", "deit", "mixup-smoothing"]
+    assert list(recipes.RECIPES) == ["paper", "augreg-light", "augreg-medium", "augreg-heavy", "deit", "mixup-smoothing",
+                                     "deit-distill"]
     for name, row in recipes.RECIPES.items():
         assert set(row) == set(recipes.SETTINGS) and name in recipes.SOURCES
     assert recipes.recipe("paper") == {"rand_augment": None, "mixup_alpha": 0.0, "cutmix_alpha": 0.0,
                                        "random_erasing": 0.0, "label_smoothing": 0.0, "dropout_rate": 0.0,
-                                       "stochastic_depth_rate": 0.0}
+                                       "stochastic_depth_rate": 0.0, "distillation": None}
     deit = recipes.recipe("deit")  # DeiT's Table 9
     assert deit["rand_augment"] == (2, 9.0) and deit["mixup_alpha"] == 0.8 and deit["cutmix_alpha"] == 1.0
     assert deit["random_erasing"] == 0.25 and deit["label_smoothing"] == 0.1 and deit["stochastic_depth_rate"] == 0.1
@@ -22,6 +23,9 @@ def test_recipes_are_the_papers_rows():
     assert [recipes.recipe(f"augreg-{k}")["rand_augment"] for k in ("light", "medium", "heavy")] == [(2, 10.0), (2, 15.0), (2, 20.0)]
     assert [recipes.recipe(f"augreg-{k}")["mixup_alpha"] for k in ("light", "medium", "heavy")] == [0.2, 0.5, 0.8]
     assert recipes.recipe("mixup-smoothing") == {**recipes.recipe("augreg-light", rand_augment="none"), "label_smoothing": 0.1}
+    # DeiT's hard distillation (Sec. 4) on mixup-smoothing's settings
+    assert recipes.recipe("deit-distill") == {**recipes.recipe("mixup-smoothing"), "distillation": "hard"}
+    assert recipes.recipe("deit-distill", distillation="none")["distillation"] is None
 
 
 def test_given_settings_override_the_recipe_and_none_keeps_it():
@@ -33,7 +37,7 @@ def test_given_settings_override_the_recipe_and_none_keeps_it():
 @pytest.mark.parametrize(
     "name,overrides,message",
     [
-        ("nope", {}, r"`recipe` must be one of 'paper', 'augreg-light', 'augreg-medium', 'augreg-heavy', 'deit', 'mixup-smoothing'. Received: recipe='nope'"),
+        ("nope", {}, r"`recipe` must be one of 'paper', 'augreg-light', 'augreg-medium', 'augreg-heavy', 'deit', 'mixup-smoothing', 'deit-distill'. Received: recipe='nope'"),
         ("paper", {"mixup": 0.2}, r"unknown recipe setting\(s\) mixup"),
         ("paper", {"rand_augment": (2, 40)}, r"`rand_augment` must be None or \(num_ops, magnitude\)"),
         ("paper", {"label_smoothing": 1.0}, r"`label_smoothing` must be a float in \[0, 1\)"),
@@ -49,7 +53,8 @@ def test_unknown_recipe_exits_2_listing_the_names(capsys):
         train.main([*TINY, "--recipe", "augreg"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "invalid choice: 'augreg' (choose from 'paper', 'augreg-light', 'augreg-medium', 'augreg-heavy', 'deit', 'mixup-smoothing')" in err
+    assert ("invalid choice: 'augreg' (choose from 'paper', 'augreg-light', 'augreg-medium', 'augreg-heavy', 'deit', "
+            "'mixup-smoothing', 'deit-distill')") in err
 
 
 @pytest.mark.parametrize(

@@ -122,7 +122,8 @@ def add_recipe_arguments(parser):
                        help="settings together: paper (geometric augmentation only), augreg-light/-medium/-heavy "
                        "(AugReg: RandAugment, Mixup, then dropout and stochastic depth), deit (RandAugment, Mixup, "
                        "CutMix, random erasing, label smoothing, stochastic depth), mixup-smoothing (Mixup 0.2 and "
-                       "label smoothing 0.1 only: make demo's); docs/recipes.md (default: paper)")
+                       "label smoothing 0.1 only: make demo's), deit-distill (mixup-smoothing's and DeiT's hard "
+                       "distillation from --teacher, cnn by default); docs/recipes.md (default: paper)")
     group.add_argument("--rand-augment", type=rand_augment_flag, default=None, metavar="OPS,M|none",
                        help="Keras' RandAugment: OPS operations (1-11) of magnitude M (0-30, RandAugment's scale; "
                        "AugReg 10-20) per image (default: the recipe's)")

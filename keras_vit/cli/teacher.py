@@ -1,0 +1,137 @@
+"""`keras-vit-train --teacher`: DeiT's distillation from the command line (issue 46).
+
+`--teacher MODEL.keras` loads a trained teacher; `--teacher cnn` trains
+`keras.applications.MobileNetV3Small` (no weights) on the same data first,
+for `--teacher-epochs`, and writes it beside the student as `teacher.keras`,
+so a later run can pass that file. The student is then built with a
+distillation token and trained by `keras_vit.distillation.Distiller`;
+metrics.json records the teacher and its own held-out accuracy.
+"""
+
+import os
+
+CNN = "cnn"
+CNN_MIN_SIDE = 32  # MobileNetV3Small's smallest input side: smaller images are resized up inside the teacher
+
+
+def add_teacher_arguments(parser):
+    """Adds --teacher, --teacher-epochs, --distillation and --temperature; returns the group."""
+    group = parser.add_argument_group("distillation (DeiT, docs/recipes.md)")
+    group.add_argument("--teacher", default=None, metavar="MODEL.keras|cnn",
+                       help="train the ViT with a distillation token against this teacher (DeiT, "
+                       "keras_vit.distillation): a .keras model that takes the same images and classes, or cnn: "
+                       "keras.applications' MobileNetV3Small, trained here on the same data first and saved as "
+                       "teacher.keras (default: none; the deit-distill recipe's is cnn)")
+    group.add_argument("--teacher-epochs", type=int, default=30,
+                       help="epochs of --teacher cnn's training (the recipes table trains its CNN 30)")
+    group.add_argument("--distillation", choices=["hard", "soft", "none"], default=None,
+                       help="hard: the teacher's decisions (DeiT's default); soft: its scores at --temperature "
+                       "(default: the recipe's; hard with --teacher)")
+    group.add_argument("--temperature", type=float, default=1.0, help="soft distillation's temperature T > 0")
+    return group
+
+
+def resolve(args, settings):
+    """The teacher and distillation the run uses, `(teacher or None, distillation or None)`; checked before any data.
+
+    A --teacher without a distillation setting distils "hard"; the deit-distill recipe without --teacher takes
+    `cnn`. Raises ValueError naming the flag: a teacher file that does not exist or is not .keras,
+    --distillation none with --teacher, --distillation without a teacher, --teacher with --init-from or
+    --freeze-backbone, a bad --teacher-epochs or --temperature.
+    """
+    teacher, distillation = args.teacher, settings["distillation"]
+    if args.distillation == "none" and teacher is not None:
+        raise ValueError(f"--distillation none turns distillation off; drop --teacher {teacher}")
+    if teacher is None and distillation is not None:
+        if args.distillation is not None:
+            raise ValueError(f"--distillation {args.distillation} needs a teacher: give --teacher MODEL.keras or "
+                             "--teacher cnn")
+        teacher = CNN  # the deit-distill recipe
+    if teacher is None:
+        return None, None
+    distillation = distillation or "hard"
+    if teacher != CNN and (not teacher.endswith(".keras") or not os.path.isfile(teacher)):
+        raise ValueError(f"--teacher {teacher!r}: give an existing .keras model file, or cnn")
+    for flag, value in (("--init-from", args.init_from), ("--freeze-backbone", args.freeze_backbone or None)):
+        if value is not None:
+            raise ValueError(f"--teacher trains a new student with a distillation token; drop {flag}")
+    config = getattr(getattr(args, "pretrained", None), "config", None)
+    if args.weights is not None and not (config or {}).get("distillation_token"):
+        raise ValueError(f"--teacher trains a student with a distillation token, and --weights {args.weights} has "
+                         "none: give a distilled (DeiT) checkpoint, or drop --weights")
+    if args.teacher_epochs < 1:
+        raise ValueError(f"--teacher-epochs must be >= 1. Received: {args.teacher_epochs}")
+    if not args.temperature > 0:
+        raise ValueError(f"--temperature must be > 0. Received: {args.temperature}")
+    return teacher, distillation
+
+
+def cnn_teacher(image_size, classes):
+    """`keras.applications.MobileNetV3Small` (no weights, logits) for `(height, width, 3)` images in [-1, 1].
+
+    Its BatchNormalization momentum is 0.9 (keras.applications' 0.999 suits ImageNet's thousands of steps an epoch;
+    on digits' 23 steps the moving statistics stay near their start: benchmarks/recipes.py). Images smaller than
+    `CNN_MIN_SIDE` are resized up to it (bilinear) inside the teacher, so that it takes the student's images.
+    """
+    import keras
+
+    height, width = image_size
+    inputs = keras.Input((height, width, 3), name="images")
+    x = inputs
+    if min(height, width) < CNN_MIN_SIDE:
+        scale = CNN_MIN_SIDE / min(height, width)
+        height, width = round(height * scale), round(width * scale)
+        x = keras.layers.Resizing(height, width, name="resize_for_cnn")(x)
+    cnn = keras.applications.MobileNetV3Small(input_shape=(height, width, 3), weights=None, classes=classes,
+                                              include_preprocessing=False, classifier_activation=None)
+    for layer in cnn.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = 0.9
+    return keras.Model(inputs, cnn(x), name="teacher_cnn")
+
+
+def teacher_model(teacher, args, train, val, student, compile_fn, write_fn):
+    """The teacher as a Keras model, and its metrics.json entries.
+
+    Args:
+        teacher: a .keras path or `CNN`.
+        args: the parsed flags (--teacher-epochs, --verbose).
+        train, val: the run's pipelines (images in [-1, 1]).
+        student: the distilled keras_vit ViT (its images and classes are the teacher's).
+        compile_fn: `compile_fn(model, total_steps, warmup_steps)` compiles a model with the run's recipe.
+        write_fn: `write_fn(model)` saves the trained CNN teacher as teacher.keras (the chief only).
+
+    Returns:
+        `(model, {"teacher": ..., "teacher_accuracy": held-out accuracy, "teacher_epochs": ...})`.
+
+    Raises:
+        ValueError: a teacher file that does not load, or whose input or classes do not fit
+            (`keras_vit.distillation.check_teacher`, before any training); the message starts with the flag.
+    """
+    import keras
+
+    from keras_vit.distillation import check_teacher
+    from keras_vit.losses import Accuracy
+
+    if teacher == CNN:
+        model = cnn_teacher(tuple(student.input_shape[1:3]), int(student.output_shape[-1]))
+        steps = args.teacher_epochs * int(train.cardinality())
+        compile_fn(model, steps, int(0.06 * steps))  # the run's recipe and 6% warm-up
+        print(f"--teacher cnn: training MobileNetV3Small for {args.teacher_epochs} epochs first", flush=True)
+        model.fit(train, epochs=args.teacher_epochs, verbose=args.verbose, shuffle=False)
+        write_fn(model)
+        epochs = args.teacher_epochs
+    else:
+        try:
+            model = keras.saving.load_model(teacher)
+        except Exception as e:  # not a Keras model file, or one saved with layers not registered here
+            raise ValueError(f"--teacher {teacher!r} could not be loaded: {type(e).__name__}: {str(e)[:200]}") from None
+        epochs = None
+        try:
+            check_teacher(student, model)
+        except ValueError as error:
+            raise ValueError(f"--teacher {teacher}: {error}") from None
+    accuracy = Accuracy()  # in inference mode, as the teacher runs in distillation and evaluate measures
+    for images, labels in val:
+        accuracy.update_state(labels, model(images, training=False))
+    return model, {"teacher": teacher, "teacher_accuracy": float(accuracy.result()), "teacher_epochs": epochs}

@@ -1,0 +1,87 @@
+"""`keras-vit-train --teacher` and the deit-distill recipe (issue 46): DeiT's distillation from the command line."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from keras_vit import data, train
+from keras_vit.layers import DistilledHead
+from keras_vit.losses import Accuracy
+
+pytestmark = pytest.mark.tensorflow_only  # keras-vit-train's pipelines are tf.data
+
+TINY = ["--image-size", "16", "--patch-size", "4", "--hidden-size", "32", "--num-layers", "1", "--num-heads", "2",
+        "--mlp-dim", "32", "--epochs", "2", "--warmup-epochs", "1", "--verbose", "0"]
+
+
+def _teacher_file(folder, classes=10, side=16, name="teacher.keras"):
+    keras.utils.set_random_seed(3)
+    teacher = keras.Sequential([keras.Input((side, side, 3)), keras.layers.Flatten(),
+                                keras.layers.Dense(classes, kernel_initializer=keras.initializers.RandomNormal(0, 0.1))],
+                               name="linear_teacher")
+    path = folder / name
+    teacher.save(path)
+    return str(path), teacher
+
+
+def test_a_teacher_file_trains_a_distilled_student(tmp_path):
+    path, teacher = _teacher_file(tmp_path)
+    out = tmp_path / "run"
+    assert train.main([*TINY, "--teacher", path, "--distillation", "soft", "--temperature", "2",
+                       "--output-dir", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["teacher"], metrics["distillation"], metrics["teacher_epochs"]) == (path, "soft", None)
+    assert metrics["recipe_settings"]["distillation"] == "soft"
+    accuracy = Accuracy()  # the teacher's own held-out accuracy, measured here on the same 360 scans
+    for images, labels in data.digits("validation", image_size=16, batch_size=64):
+        accuracy.update_state(labels, teacher(images, training=False))
+    assert metrics["teacher_accuracy"] == pytest.approx(float(accuracy.result()), abs=1e-6)
+    model = keras.saving.load_model(out / "model.keras")
+    assert isinstance(model.get_layer("predictions"), DistilledHead)
+    assert metrics["parameters"] == model.count_params() and metrics["jit_compile"] is True
+    assert not (out / "teacher.keras").exists()
+
+
+@pytest.mark.slow
+def test_the_deit_distill_recipe_trains_a_cnn_teacher_first(tmp_path):
+    out = tmp_path / "run"
+    flags = [*TINY, "--epochs", "1", "--warmup-epochs", "0", "--teacher-epochs", "1", "--no-xla"]
+    assert train.main([*flags, "--recipe", "deit-distill", "--output-dir", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["teacher"], metrics["teacher_epochs"], metrics["distillation"]) == ("cnn", 1, "hard")
+    assert metrics["recipe_settings"]["mixup_alpha"] == 0.2 and metrics["recipe_settings"]["label_smoothing"] == 0.1
+    teacher = keras.saving.load_model(out / "teacher.keras")
+    assert teacher.input_shape == (None, 16, 16, 3) and teacher.output_shape == (None, 10)
+    images, labels = next(iter(data.digits("validation", image_size=16, batch_size=360)))
+    accuracy = float((np.asarray(teacher(images, training=False)).argmax(1) == labels.numpy()).mean())
+    assert metrics["teacher_accuracy"] == pytest.approx(accuracy, abs=1e-6)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--teacher", "missing.keras"], "--teacher 'missing.keras': give an existing .keras model file, or cnn"),
+    (["--distillation", "soft"], "--distillation soft needs a teacher: give --teacher MODEL.keras or --teacher cnn"),
+    (["--teacher", "cnn", "--distillation", "none"], "--distillation none turns distillation off; drop --teacher cnn"),
+    (["--teacher", "cnn", "--teacher-epochs", "0"], "--teacher-epochs must be >= 1. Received: 0"),
+    (["--teacher", "cnn", "--temperature", "0"], "--temperature must be > 0. Received: 0.0"),
+])
+def test_bad_distillation_flags_exit_2_before_any_data(flags, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        train.main([*TINY, *flags, "--output-dir", str(tmp_path / "run")])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("classes,side,message", [
+    (4, 16, "has 4 classes, the student 'vit_digits' 10"),
+    (10, 8, "takes images of shape (8, 8, 3), the student 'vit_digits' (16, 16, 3)"),
+])
+def test_a_teacher_of_other_classes_or_images_is_refused_before_training(classes, side, message, tmp_path, capsys):
+    path, _ = _teacher_file(tmp_path, classes=classes, side=side)
+    with pytest.raises(SystemExit) as exit_:
+        train.main([*TINY, "--teacher", path, "--output-dir", str(tmp_path / "run")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--teacher {path}: The teacher 'linear_teacher' {message}" in err
+    assert not (tmp_path / "run" / "model.keras").exists()
