@@ -4,7 +4,11 @@
 scratch on scikit-learn's digits (1,437 training scans, the fixed 360 held out), each model of
 `MODELS` with the recipes of `DEFAULT_RECIPES` (the hybrid and the CNN with `SHORT_LIST`'s), to
 keep the whole run near an hour on 2 CPU cores; `--all-recipes` trains every recipe of
-`keras_vit.recipes.RECIPES` on every model. Every run has the same number of epochs and the
+`keras_vit.recipes.RECIPES` on every model. `deit-distill` (DeiT's distillation token and hard
+distillation, `keras_vit.distillation`) trains each ViT twice, against each teacher of `TEACHERS`:
+the CNN and the hybrid of the same run and seed, trained with `TEACHER_RECIPE` first and kept in
+`runs/recipes/models/` (a 32 px teacher sees `vit-demo`'s 16 px images resized to 32 px inside it;
+the result records the teacher's own held-out accuracy on those). Every run has the same number of epochs and the
 same optimizer (AdamW 2e-3, weight decay 0.05, 6% warm-up, cosine, clipping at norm 1: the
 `keras-vit-train` defaults) and batch 64, once per seed. The models:
 
@@ -35,8 +39,11 @@ import keras
 MODELS = ("vit-demo", "vit-ti-width", "hybrid", "cnn")
 # The hour the issue gives the whole run (2 CPU cores): three recipes on the two ViTs, two on the hybrid and the CNN;
 # --recipes and --all-recipes run the others (augreg-medium and -heavy, and every recipe on every model).
-DEFAULT_RECIPES = ("paper", "augreg-light", "mixup-smoothing")
+DEFAULT_RECIPES = ("paper", "augreg-light", "mixup-smoothing", "deit-distill")
 SHORT_LIST = ("paper", "mixup-smoothing")
+DISTILL = "deit-distill"  # on the ViTs: one run per teacher, as the pseudo-recipe "deit-distill:TEACHER"
+TEACHERS = ("cnn", "hybrid")
+TEACHER_RECIPE = "mixup-smoothing"  # both teachers' best row in the table
 CACHE = os.path.join("runs", "recipes")
 RESULTS_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "recipes.md")  # --update-results
 DEFAULT_SEEDS = (0, 1, 2)
@@ -46,12 +53,15 @@ LEARNING_RATE = 2e-3
 
 
 def build(name, settings, classes=10):
-    """The model `name` of `MODELS` (logits out) and its input size in pixels."""
+    """The model `name` of `MODELS` (logits out) and its input size in pixels; a ViT gets a distillation token
+    when `settings` distil."""
     import keras_vit
 
     regularisation = {"dropout_rate": settings["dropout_rate"],
                       "stochastic_depth_rate": settings["stochastic_depth_rate"]}
     common = {"classes": classes, "classifier_activation": None, **regularisation}
+    if settings.get("distillation") and name in ("vit-demo", "vit-ti-width"):
+        common["distillation_token"] = True
     if name == "vit-demo":
         return keras_vit.VisionTransformer(input_shape=(16, 16, 3), patch_size=4, hidden_size=128, num_layers=4,
                                            num_heads=4, mlp_dim=512, name="vit_demo", **common), 16
@@ -75,31 +85,65 @@ def build(name, settings, classes=10):
     raise ValueError(f"`model` must be one of {', '.join(MODELS)}. Received: {name!r}")
 
 
+def teacher_path(teacher, seed, epochs):
+    """Where the run of `teacher` with `TEACHER_RECIPE` keeps its trained model for the distilled runs."""
+    return os.path.join(CACHE, "models", f"{teacher}-{TEACHER_RECIPE}-s{seed}-e{epochs}.keras")
+
+
+def _teacher(teacher, seed, epochs, size, val):
+    """The trained teacher for a student of `size` px (resized up inside it when smaller), and its held-out
+    accuracy on the student's images."""
+    from keras_vit.losses import Accuracy
+
+    model = keras.saving.load_model(teacher_path(teacher, seed, epochs))
+    side = model.input_shape[1]
+    if side != size:
+        model = keras.Sequential([keras.Input((size, size, 3)), keras.layers.Resizing(side, side), model],
+                                 name=f"{teacher}_at_{size}px")
+    accuracy = Accuracy()
+    for images, labels in val:
+        accuracy.update_state(labels, model(images, training=False))
+    return model, float(accuracy.result())
+
+
 def train_one(model_name, recipe_name, seed, epochs):
-    """Trains one model with one recipe and seed; returns its result dict (accuracy, seconds, parameters)."""
+    """Trains one model with one recipe and seed; returns its result dict (accuracy, seconds, parameters).
+
+    `recipe_name` "deit-distill:TEACHER" trains the ViT with a distillation token against that teacher
+    (`teacher_path`, trained first); the run of a teacher with `TEACHER_RECIPE` saves its model there."""
     from benchmarks.machine import cpu
     from keras_vit import data, recipes, training
+    from keras_vit.distillation import Distiller
 
-    settings = recipes.recipe(recipe_name)
+    recipe, _, teacher_name = recipe_name.partition(":")
+    settings = recipes.recipe(recipe)
     keras.utils.set_random_seed(seed)
     model, size = build(model_name, settings)
     augmentation = {k: settings[k] for k in ("rand_augment", "random_erasing", "mixup_alpha", "cutmix_alpha")}
     train = data.digits("train", image_size=size, batch_size=BATCH_SIZE, augment="affine", seed=seed, **augmentation)
     val = data.digits("validation", image_size=size, batch_size=BATCH_SIZE)
     steps = int(train.cardinality())
-    training.compile_model(model, total_steps=epochs * steps, learning_rate=LEARNING_RATE,
+    trained, extra = model, {}
+    if teacher_name:
+        teacher, teacher_accuracy = _teacher(teacher_name, seed, epochs, size, val)
+        trained = Distiller(model, teacher, distillation=settings["distillation"])
+        extra = {"teacher": teacher_name, "teacher_accuracy": teacher_accuracy}
+    training.compile_model(trained, total_steps=epochs * steps, learning_rate=LEARNING_RATE,
                            warmup_steps=int(0.06 * epochs * steps), label_smoothing=settings["label_smoothing"],
                            from_logits=True)
     clock = _EpochClock()
     start = time.perf_counter()
-    model.fit(train, epochs=epochs, verbose=0, shuffle=False, callbacks=[clock])
+    trained.fit(train, epochs=epochs, verbose=0, shuffle=False, callbacks=[clock])
     seconds = time.perf_counter() - start
-    results = model.evaluate(val, verbose=0, return_dict=True)
+    results = trained.evaluate(val, verbose=0, return_dict=True)  # a Distiller's accuracy is the student's
+    if model_name in TEACHERS and recipe_name == TEACHER_RECIPE:
+        os.makedirs(os.path.dirname(teacher_path(model_name, seed, epochs)), exist_ok=True)
+        model.save(teacher_path(model_name, seed, epochs))
     return {"model": model_name, "recipe": recipe_name, "seed": seed, "epochs": epochs,
             "accuracy": float(results["accuracy"]), "train_seconds": seconds,
             "epoch_seconds": clock.median(), "parameters": int(model.count_params()),
-            "jit_compile": bool(model.jit_compile), "measured": time.strftime("%Y-%m-%d", time.gmtime()),
-            "cpu": cpu()}
+            "jit_compile": bool(trained.jit_compile), "measured": time.strftime("%Y-%m-%d", time.gmtime()),
+            "cpu": cpu(), **extra}
 
 
 class _EpochClock(keras.callbacks.Callback):
@@ -122,12 +166,21 @@ class _EpochClock(keras.callbacks.Callback):
 
 
 def recipes_for(model_name, recipe_names, every=False):
-    """The recipes `model_name` is trained with: all of `recipe_names` for the ViTs (and for every model when
-    `every`), those of `SHORT_LIST` for the hybrid and the CNN (their XLA compilation alone takes about half a
-    minute a run here)."""
-    if model_name in ("hybrid", "cnn") and not every:
-        return [r for r in recipe_names if r in SHORT_LIST]
-    return list(recipe_names)
+    """The recipes `model_name` is trained with: all of `recipe_names` for the ViTs, `deit-distill` as one run per
+    teacher ("deit-distill:cnn", "deit-distill:hybrid"); for the hybrid and the CNN those of `SHORT_LIST` (their
+    XLA compilation alone takes about half a minute a run here), every one but `deit-distill` when `every`, and
+    `TEACHER_RECIPE` when the ViTs distil."""
+    if model_name in TEACHERS:
+        own = [r for r in recipe_names if r != DISTILL and (every or r in SHORT_LIST)]
+        return own + [TEACHER_RECIPE] * (DISTILL in recipe_names and TEACHER_RECIPE not in own)
+    return [f"{r}:{t}" if r == DISTILL else r for r in recipe_names for t in (TEACHERS if r == DISTILL else [""])]
+
+
+def _ordered(models, recipe_names):
+    """The models in training order: a teacher before the ViTs that distil from it (the teachers are trained
+    even when `models` leaves them out, so that the distilled runs have them)."""
+    needed = list(TEACHERS) if DISTILL in recipe_names and set(models) - set(TEACHERS) else []
+    return [m for m in TEACHERS if m in models or m in needed] + [m for m in models if m not in TEACHERS]
 
 
 def run_all(models, recipe_names, seeds, epochs, fresh=False, every=False):
@@ -138,18 +191,24 @@ def run_all(models, recipe_names, seeds, epochs, fresh=False, every=False):
     os.makedirs(CACHE, exist_ok=True)
     results = []
     for seed in seeds:
-        for model_name in models:
-            for recipe_name in recipes_for(model_name, recipe_names, every):
+        for model_name in _ordered(models, recipe_names):
+            names = recipes_for(model_name, recipe_names, every)
+            if model_name not in models:  # a teacher the distilled runs need, not a row of the table
+                names = [TEACHER_RECIPE]
+            for recipe_name in names:
                 path = os.path.join(CACHE, f"{model_name}-{recipe_name}-s{seed}.json")
                 cached = _read(path)
-                if fresh or cached is None or cached.get("epochs") != epochs:
+                lost = (model_name in TEACHERS and recipe_name == TEACHER_RECIPE  # a teacher without its model
+                        and not os.path.isfile(teacher_path(model_name, seed, epochs)))
+                if fresh or lost or cached is None or cached.get("epochs") != epochs:
                     subprocess.run([sys.executable, "-m", "benchmarks.recipes", "--one", model_name, recipe_name,
                                     str(seed), "--epochs", str(epochs)], check=True,
                                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")})
                     cached = _read(path)
-                print(f"{model_name:13s} {recipe_name:14s} seed {seed}: {cached['accuracy']:.4f} "
+                print(f"{model_name:13s} {recipe_name:20s} seed {seed}: {cached['accuracy']:.4f} "
                       f"({cached['train_seconds']:.0f} s)", flush=True)
-                results.append(cached)
+                if model_name in models:
+                    results.append(cached)
     return results
 
 
@@ -175,11 +234,13 @@ def table(results):
     models = list(dict.fromkeys(r["model"] for r in results))
     recipe_names = list(dict.fromkeys(r["recipe"] for r in results))
     seeds = sorted({r["seed"] for r in results})
+    timed = list(SHORT_LIST) + [r for r in recipe_names if r.startswith(f"{DISTILL}:")]
     lines = [f"Held-out accuracy (%) on digits' 360 held-out scans, mean +- standard deviation over seeds "
              f"{', '.join(map(str, seeds))}; {results[0]['epochs']} epochs, batch {BATCH_SIZE}, AdamW "
-             f"{LEARNING_RATE:g}, from scratch; the last columns: seconds per epoch (median over epochs "
-             f"after the first and over seeds) with the recipes of SHORT_LIST.", "",
-             "| model | parameters | " + " | ".join(recipe_names) + " | s/epoch: " + " / ".join(SHORT_LIST) + " |",
+             f"{LEARNING_RATE:g}, from scratch; deit-distill:T is the ViT with a distillation token trained against "
+             f"teacher T (the {TEACHER_RECIPE} row's model of the same seed); the last columns: seconds per epoch "
+             f"(median over epochs after the first and over seeds) with the recipes named.", "",
+             "| model | parameters | " + " | ".join(recipe_names) + " | s/epoch: " + " / ".join(timed) + " |",
              "|---|---|" + "---|" * len(recipe_names) + "---|"]
     for model in models:
         rows = [r for r in results if r["model"] == model]
@@ -189,9 +250,9 @@ def table(results):
             partial = f" ({len(acc)} seed{'s' if len(acc) > 1 else ''})" if 0 < len(acc) < len(seeds) else ""
             cells.append(f"{acc.mean():.2f} +- {acc.std():.2f}{partial}" if len(acc) else "-")
         times = [np.median([r["epoch_seconds"] for r in rows if r["recipe"] == name] or [np.nan])
-                 for name in SHORT_LIST]
+                 for name in timed]
         lines.append(f"| {model} | {rows[0]['parameters']:,} | " + " | ".join(cells)
-                     + " | " + " / ".join(f"{t:.2f}" for t in times) + " |")
+                     + " | " + " / ".join("-" if np.isnan(t) else f"{t:.2f}" for t in times) + " |")
     return "\n".join(lines)
 
 

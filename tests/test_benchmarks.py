@@ -3,6 +3,7 @@
 import json
 import os
 
+import keras
 import numpy as np
 import pytest
 
@@ -168,7 +169,7 @@ def test_recipes_update_results_needs_a_full_run(monkeypatch, tmp_path, capsys):
         assert exit_info.value.code == 2 and "--update-results needs a full run" in capsys.readouterr().err, argv
     with pytest.raises(SystemExit) as exit_info:  # --cached: every run of the table must be in the cache
         recipes.main(["--cached", "--update-results"])
-    assert exit_info.value.code == 2 and "30 of the 30 runs are not in" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "42 of the 42 runs are not in" in capsys.readouterr().err
     assert not (tmp_path / "recipes.md").exists()
 
 
@@ -195,7 +196,8 @@ def test_recipes_update_results_writes_the_current_results_file_not_the_readme(m
     assert text.splitlines()[0] == ("# Training recipes on digits, 2026-12-01, 2026-12-02, date not recorded, "
                                     "Test CPU (no VNNI, no AMX), CPU not recorded")
     assert recipes.table(results) in text
-    assert "| cnn | 1,000 | 91.00 +- 0.82 | - | 91.00 +- 0.82 | 1.00 / 1.00 |" in text
+    assert "| cnn | 1,000 | 91.00 +- 0.82 | - | 91.00 +- 0.82 | - | - | 1.00 / 1.00 / - / - |" in text
+    assert "| vit-demo | 1,000 | " + " | ".join(["91.00 +- 0.82"] * 5) + " | 1.00 / 1.00 / 1.00 / 1.00 |" in text
     assert os.listdir(path.parent) == ["recipes.md"] and _readme() == readme  # no temporary file left
 
 
@@ -216,7 +218,7 @@ def test_recipe_table_gives_mean_and_spread_per_model_and_recipe():
                                      ("vit-demo", "mixup-smoothing", 0, 0.97, 1.4),
                                      ("vit-demo", "mixup-smoothing", 1, 0.99, 1.6)]]
     text = bench.table(results)
-    assert "| vit-demo | 1,000 | 92.00 +- 2.00 | 98.00 +- 1.00 | 1.10 / 1.50 |" in text
+    assert "| vit-demo | 1,000 | 92.00 +- 2.00 | 98.00 +- 1.00 | 1.10 / 1.50 |" in text  # no distilled runs: no column
     assert "seeds 0, 1; 30 epochs" in text
 
 
@@ -229,6 +231,22 @@ def test_recipe_benchmark_trains_every_kind_of_model_for_an_epoch():
         assert model.output_shape == (None, 10) and model.input_shape == (None, size, size, 3)
     result = bench.train_one("vit-demo", "mixup-smoothing", 0, 1)
     assert 0.0 <= result["accuracy"] <= 1.0 and result["jit_compile"] and result["parameters"] == 803_210
+
+
+def test_distilled_runs_come_after_their_teachers_and_read_the_teachers_model(monkeypatch, tmp_path):
+    from benchmarks import recipes as bench
+
+    assert bench.recipes_for("vit-demo", ["paper", "deit-distill"]) == ["paper", "deit-distill:cnn",
+                                                                         "deit-distill:hybrid"]
+    assert bench.recipes_for("cnn", ["paper", "deit-distill"]) == ["paper", "mixup-smoothing"]
+    assert bench._ordered(["vit-demo"], ["deit-distill"]) == ["cnn", "hybrid", "vit-demo"]
+    monkeypatch.setattr(bench, "CACHE", str(tmp_path))
+    teacher = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    os.makedirs(tmp_path / "models")
+    teacher.save(bench.teacher_path("cnn", 0, 1))
+    result = bench.train_one("vit-demo", "deit-distill:cnn", 0, 1)
+    assert result["teacher"] == "cnn" and 0.0 <= result["teacher_accuracy"] <= 1.0
+    assert result["parameters"] == 803_210 + 128 + 128 + 128 * 10 + 10  # token, position row, distillation head
 
 
 def test_train_ab_times_both_models_in_turn_and_tables_the_ratio():
