@@ -21,8 +21,8 @@ from keras_vit.common.validation import check_bool, check_choice, check_positive
 
 OPTIMIZERS = ("sgd", "adamw")
 # Variables that AdamW's decoupled weight decay leaves alone (biases, LayerNorm
-# scales and offsets, the class token and position embeddings), as in timm and DeiT.
-NO_WEIGHT_DECAY = ("bias", "gamma", "beta", "class_token", "position_embedding")
+# scales and offsets, the class and distillation tokens and position embeddings), as in timm and DeiT.
+NO_WEIGHT_DECAY = ("bias", "gamma", "beta", "class_token", "distillation_token", "position_embedding")
 
 
 def learning_rate_schedule(learning_rate, total_steps, warmup_steps=0):
@@ -80,8 +80,8 @@ def compile_model(
 
     Optimizer "sgd": SGD with momentum (the paper's fine-tuning, Appendix
     B.1.1). "adamw": AdamW, beta_1 0.9, beta_2 0.999, with decoupled weight
-    decay not applied to biases, LayerNorm parameters, class token and
-    position embeddings (the paper pre-trains with Adam and weight decay
+    decay not applied to biases, LayerNorm parameters, class token (and
+    DeiT's distillation token) and position embeddings (the paper pre-trains with Adam and weight decay
     0.1; AdamW is what timm and DeiT use for training from scratch). Both
     use `learning_rate_schedule` and clip gradients at global norm
     `global_clipnorm` (1 in the paper). A model that computes in float16

@@ -111,6 +111,16 @@ def test_distilled_model_arguments_are_checked():
         _student(representation_size=8)
 
 
+def test_the_distillation_token_gets_no_weight_decay_and_the_second_head_does():
+    # DeiT's no_weight_decay: pos_embed, cls_token, dist_token (and every bias and norm, as for the class head)
+    student = _student()
+    compile_model(student, total_steps=1, weight_decay=0.05)
+    decayed = {v.name: student.optimizer._use_weight_decay(v) for v in student.trainable_variables}
+    assert decayed["distillation_token"] is False and decayed["class_token"] is False
+    assert decayed["distillation_kernel"] is True and decayed["kernel"] is True
+    assert decayed["distillation_bias"] is False
+
+
 @pytest.mark.backend_independent
 def test_deit_b_distilled_parameter_count():
     # DeiT-B with distillation: 87,338,192 parameters (timm's deit_base_distilled_patch16_224 and Hugging Face's

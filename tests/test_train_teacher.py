@@ -85,3 +85,18 @@ def test_a_teacher_of_other_classes_or_images_is_refused_before_training(classes
     err = capsys.readouterr().err
     assert f"--teacher {path}: The teacher 'linear_teacher' {message}" in err
     assert not (tmp_path / "run" / "model.keras").exists()
+
+
+@pytest.mark.parametrize("include_top", [True, False])
+def test_init_from_a_distilled_model_gets_a_new_pair_of_heads(include_top):
+    import keras_vit
+    from keras_vit.cli.init_from import fine_tuning_model
+
+    saved = keras_vit.VisionTransformer(patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+                                        input_shape=(8, 8, 3), classes=3, include_top=include_top,
+                                        distillation_token=True)
+    model = fine_tuning_model(saved, 8, 5, "float32")
+    head = model.get_layer("predictions")
+    assert isinstance(head, DistilledHead) and model.output_shape == (None, 5)
+    assert not np.any(np.asarray(head.kernel)) and not np.any(np.asarray(head.distillation_kernel))
+    assert model.get_layer("pooling").output.shape == (None, 2, 16)

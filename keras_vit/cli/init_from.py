@@ -65,7 +65,7 @@ def fine_tuning_model(model, image_size, classes, precision):
     import keras
 
     import keras_vit
-    from keras_vit.layers import ClassifierHead, SequencePooling
+    from keras_vit.layers import ClassifierHead, DistilledHead, SequencePooling
 
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     shape = tuple(model.input_shape[1:3])
@@ -84,11 +84,13 @@ def fine_tuning_model(model, image_size, classes, precision):
     if "pooling" in layers:
         features = layers["pooling"].output
     else:  # a backbone: pool as a classifier of its kind would
-        class_token = layers["patch_encoder"].class_token
-        features = SequencePooling("token" if class_token else "avg", class_token=class_token, name="pooling")(
+        class_token, distilled = layers["patch_encoder"].class_token, layers["patch_encoder"].distillation_token
+        mode = "tokens" if distilled else "token" if class_token else "avg"
+        features = SequencePooling(mode, class_token=class_token, distillation_token=distilled, name="pooling")(
             model.outputs[0])
     activation = None if head is None else head.activation
-    outputs = ClassifierHead(
+    # DeiT's two tokens (pooling "tokens"): a new pair of zero-initialised heads, averaged
+    outputs = (DistilledHead if len(features.shape) == 3 else ClassifierHead)(
         classes, kernel_initializer="zeros", activation=activation, dtype="float32", name="predictions"
     )(features)
     print(f"--init-from: new zero-initialised head of {classes} classes "
