@@ -406,7 +406,9 @@ def run(args):
             already holds a model while `args.overwrite` is False.
     """
     outputs = ("model.keras", "metrics.json", "history.json", "training_curve.png")
-    warmup_epochs = check_run_args(args, outputs + (("teacher.keras",) if args.teacher == _teacher.CNN else ()))
+    trains_cnn = args.teacher == _teacher.CNN or (args.teacher is None and args.recipe == "deit-distill"
+                                                  and args.distillation != "none")
+    warmup_epochs = check_run_args(args, outputs + (("teacher.keras",) if trains_cnn else ()))
     if not 0 < args.labels_fraction <= 1:
         raise ValueError(f"--labels-fraction must be in (0, 1]. Received: {args.labels_fraction}")
     if args.freeze_backbone and args.weights is None and args.init_from is None:

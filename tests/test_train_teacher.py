@@ -100,3 +100,13 @@ def test_init_from_a_distilled_model_gets_a_new_pair_of_heads(include_top):
     assert isinstance(head, DistilledHead) and model.output_shape == (None, 5)
     assert not np.any(np.asarray(head.kernel)) and not np.any(np.asarray(head.distillation_kernel))
     assert model.get_layer("pooling").output.shape == (None, 2, 16)
+
+
+def test_the_recipe_keeps_an_earlier_runs_teacher_file_without_overwrite(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "teacher.keras").write_bytes(b"an earlier run's teacher")
+    with pytest.raises(SystemExit) as exit_:
+        train.main([*TINY, "--recipe", "deit-distill", "--output-dir", str(out)])
+    assert exit_.value.code == 2 and "teacher.keras exists; pass --overwrite" in capsys.readouterr().err
+    assert (out / "teacher.keras").read_bytes() == b"an earlier run's teacher"
