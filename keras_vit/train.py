@@ -421,8 +421,7 @@ def run(args):
     else:
         model_config, image_size = builder_config(args)
     settings = _recipe_settings(args)  # after the model flags' own checks
-    args.pretrained = pretrained
-    teacher, distillation = _teacher.resolve(args, settings)
+    teacher, distillation = _teacher.resolve(args, settings, pretrained)
     settings["distillation"] = distillation  # what the run applies (metrics.json's recipe_settings)
     out = args.output_dir
     model_path = os.path.join(out, "model.keras")

@@ -31,8 +31,11 @@ def add_teacher_arguments(parser):
     return group
 
 
-def resolve(args, settings):
+def resolve(args, settings, pretrained=None):
     """The teacher and distillation the run uses, `(teacher or None, distillation or None)`; checked before any data.
+
+    `settings` are the recipe's (its "distillation"), `pretrained` the `--weights` checkpoint
+    (`keras_vit.cli.train_weights.Pretrained`) or None.
 
     A --teacher without a distillation setting distils "hard"; the deit-distill recipe without --teacher takes
     `cnn`. Raises ValueError naming the flag: a teacher file that does not exist or is not .keras,
@@ -55,8 +58,7 @@ def resolve(args, settings):
     for flag, value in (("--init-from", args.init_from), ("--freeze-backbone", args.freeze_backbone or None)):
         if value is not None:
             raise ValueError(f"--teacher trains a new student with a distillation token; drop {flag}")
-    config = getattr(getattr(args, "pretrained", None), "config", None)
-    if args.weights is not None and not (config or {}).get("distillation_token"):
+    if pretrained is not None and not (pretrained.config or {}).get("distillation_token"):
         raise ValueError(f"--teacher trains a student with a distillation token, and --weights {args.weights} has "
                          "none: give a distilled (DeiT) checkpoint, or drop --weights")
     if args.teacher_epochs < 1:
