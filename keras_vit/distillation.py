@@ -27,6 +27,7 @@ from keras import ops
 
 from keras_vit.common.validation import check_choice
 from keras_vit.layers.distilled_head import DistilledHead
+from keras_vit.training import head_gives_logits
 
 DISTILLATIONS = ("hard", "soft")
 LOG = logging.getLogger("keras_vit.distillation")
@@ -128,7 +129,7 @@ class Distiller(keras.Model):
                 raise ValueError(f"`{arg}` must be {expected}. Received: {arg}={value!r}")
         head = check_teacher(student, teacher)
         if teacher_from_logits is None:
-            teacher_from_logits = _gives_logits(teacher)
+            teacher_from_logits = head_gives_logits(teacher, "teacher_from_logits")
         if not isinstance(teacher_from_logits, bool):
             raise ValueError(f"`teacher_from_logits` must be None or a bool. Received: {teacher_from_logits!r}")
         if teacher.trainable and teacher.trainable_weights:
@@ -212,13 +213,3 @@ def check_teacher(student, teacher):
         raise ValueError(f"The teacher {teacher.name!r} has {out[-1]} classes, the student {student.name!r} "
                          f"{classes}: they must score the same classes")
     return head
-
-
-def _gives_logits(teacher):
-    activation = getattr(teacher.layers[-1], "activation", None) if teacher.layers else None
-    if activation is keras.activations.softmax:
-        return False
-    if activation is None or activation is keras.activations.linear:
-        return True
-    raise ValueError(f"Cannot tell whether the teacher {teacher.name!r} outputs logits or probabilities (last "
-                     f"activation {getattr(activation, '__name__', activation)!r}); pass teacher_from_logits")

@@ -55,16 +55,8 @@ from keras_vit.cli.args import (
     require_tensorflow,
 )
 from keras_vit.cli.run_files import atomic_write, plot_history, write_json
-from keras_vit.train import (
-    check_run_args,
-    fit_with_backup,
-    load_data,
-    builder_config,
-    run_metrics,
-    start_run,
-    count_steps,
-    timed_evaluate,
-)
+from keras_vit.cli.fit import count_steps, fit_with_backup, run_metrics, start_run, timed_evaluate
+from keras_vit.train import builder_config, check_run_args, load_data
 
 # Appendix B.1.2: "Adam, with a base learning rate of 2e-4, warmup of 10k steps and cosine learning rate decay".
 LEARNING_RATE = 2e-4

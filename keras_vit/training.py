@@ -195,7 +195,7 @@ def compile_model(
         check_rate("ema_momentum", ema_momentum)
     ema = {"use_ema": ema_momentum is not None, "ema_momentum": ema_momentum or 0.99}
     if from_logits is None:
-        from_logits = _head_gives_logits(model)
+        from_logits = head_gives_logits(model)
     check_bool("from_logits", from_logits)
     _check_float32_weights(model)
     _check_trainable_here(model)
@@ -428,13 +428,22 @@ def _output_columns(model):
     return outputs[0].shape[-1] if outputs else None
 
 
-def _head_gives_logits(model):
-    activation = getattr(model.layers[-1], "activation", None)
+def head_gives_logits(model, argument="from_logits"):
+    """Whether `model`'s output is logits (True) or probabilities (False), read from its last layer's activation.
+
+    Softmax means probabilities; None or linear means logits. Used by `compile_model(from_logits=None)` and
+    `keras_vit.distillation.Distiller(teacher_from_logits=None)`.
+
+    Raises:
+        ValueError: any other activation (or a model without layers); the message names `argument`, the flag
+            that settles it.
+    """
+    activation = getattr(model.layers[-1], "activation", None) if model.layers else None
     if activation is keras.activations.softmax:
         return False
     if activation is None or activation is keras.activations.linear:
         return True
     raise ValueError(
-        f"Cannot tell whether the head of {model.name!r} gives logits or probabilities "
-        f"(activation {getattr(activation, '__name__', activation)!r}); pass from_logits=True or False."
+        f"Cannot tell whether {model.name!r} gives logits or probabilities (last activation "
+        f"{getattr(activation, '__name__', activation)!r}); pass {argument}=True or False."
     )

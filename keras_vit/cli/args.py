@@ -145,8 +145,8 @@ def add_training_arguments(parser, learning_rate):
 
     --epochs, --batch-size, --learning-rate (default `learning_rate`),
     --warmup-epochs, --precision, --strategy, --tpu, --backup-dir,
-    --backup-every, --xla / --no-xla and --seed; `check_run_args`,
-    `start_run` and `fit_with_backup` read them.
+    --backup-every, --xla / --no-xla and --seed; `keras_vit.train.check_run_args`
+    and `keras_vit.cli.fit`'s `start_run` and `fit_with_backup` read them.
     """
     group = parser.add_argument_group("training")
     group.add_argument("--epochs", type=int, default=100)
