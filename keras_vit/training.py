@@ -431,11 +431,11 @@ def _output_columns(model):
 def head_gives_logits(model, argument="from_logits"):
     """Whether `model`'s output is logits (True) or probabilities (False), read from its last layer's activation.
 
-    Softmax means probabilities; None or linear means logits. Used by `compile_model(from_logits=None)` and
-    `keras_vit.distillation.Distiller(teacher_from_logits=None)`.
+    Softmax means probabilities; None or linear (or a model without layers) means logits. Used by
+    `compile_model(from_logits=None)` and `keras_vit.distillation.Distiller(teacher_from_logits=None)`.
 
     Raises:
-        ValueError: any other activation (or a model without layers); the message names `argument`, the flag
+        ValueError: any other activation (sigmoid, relu, ...); the message names `argument`, the argument
             that settles it.
     """
     activation = getattr(model.layers[-1], "activation", None) if model.layers else None
