@@ -21,6 +21,8 @@ its sum by the number of logits instead, a factor of 1 / classes smaller.
 """
 
 import logging
+import math
+import numbers
 
 import keras
 from keras import ops
@@ -123,9 +125,9 @@ class Distiller(keras.Model):
         super().__init__(**kwargs)
         check_choice("distillation", distillation, DISTILLATIONS)
         for arg, value, low_open in (("temperature", temperature, True), ("alpha", alpha, False)):
-            bad = isinstance(value, bool) or not isinstance(value, (int, float))
-            if bad or (value <= 0 if low_open else not 0 <= value <= 1):
-                expected = "a float > 0" if low_open else "a float in [0, 1]"
+            bad = isinstance(value, bool) or not isinstance(value, numbers.Real)  # NumPy's floats too
+            if bad or not (0 < value < math.inf if low_open else 0 <= value <= 1):  # NaN fails both
+                expected = "a finite float > 0" if low_open else "a float in [0, 1]"
                 raise ValueError(f"`{arg}` must be {expected}. Received: {arg}={value!r}")
         head = check_teacher(student, teacher)
         if teacher_from_logits is None:

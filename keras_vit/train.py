@@ -404,6 +404,7 @@ def run(args):
         "parameters": int(model.count_params()),  # the student's alone
         **teacher_metrics,
         "distillation": distillation,
+        "temperature": args.temperature if distillation == "soft" else None,  # soft distillation's T
         "class_names": list(train.class_names),
         "init_from": args.init_from,
         "weights": args.weights,

@@ -431,15 +431,17 @@ def _output_columns(model):
 def head_gives_logits(model, argument="from_logits"):
     """Whether `model`'s output is logits (True) or probabilities (False), read from its last layer's activation.
 
-    Softmax means probabilities; None or linear (or a model without layers) means logits. Used by
+    Softmax (as an activation or a `keras.layers.Softmax` layer) means probabilities; None or linear (or a model
+    without layers) means logits. Used by
     `compile_model(from_logits=None)` and `keras_vit.distillation.Distiller(teacher_from_logits=None)`.
 
     Raises:
         ValueError: any other activation (sigmoid, relu, ...); the message names `argument`, the argument
             that settles it.
     """
-    activation = getattr(model.layers[-1], "activation", None) if model.layers else None
-    if activation is keras.activations.softmax:
+    last = model.layers[-1] if model.layers else None
+    activation = getattr(last, "activation", None)
+    if activation is keras.activations.softmax or isinstance(last, keras.layers.Softmax):
         return False
     if activation is None or activation is keras.activations.linear:
         return True

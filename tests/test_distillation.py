@@ -199,9 +199,17 @@ def test_bad_teachers_and_settings_are_refused_before_training():
         Distiller(plain, _teacher())
     with pytest.raises(ValueError, match="`distillation` must be one of"):
         Distiller(student, _teacher(), distillation="kl")
-    with pytest.raises(ValueError, match=r"`temperature` must be a float > 0. Received: temperature=0"):
-        Distiller(student, _teacher(), temperature=0)
+    for temperature in (0, float("nan"), float("inf")):  # NaN or inf would train on a NaN loss
+        with pytest.raises(ValueError, match=rf"`temperature` must be a finite float > 0. Received: "
+                                             rf"temperature={temperature!r}"):
+            Distiller(student, _teacher(), temperature=temperature)
+    assert Distiller(student, _teacher(), temperature=np.float32(2.0)).temperature == 2.0  # NumPy's floats pass
     with pytest.raises(ValueError, match=r"`alpha` must be a float in \[0, 1\]. Received: alpha=1.5"):
         Distiller(student, _teacher(), alpha=1.5)
     with pytest.raises(ValueError, match="Cannot tell whether 'teacher' gives logits.*pass teacher_from_logits=True"):
         Distiller(student, _teacher(activation="sigmoid"))
+    softmax_layer = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(3),
+                                      keras.layers.Softmax()], name="teacher")
+    assert Distiller(student, softmax_layer).teacher_from_logits is False  # probabilities, as from activation="softmax"
+    assert Distiller(student, _teacher(activation="softmax")).teacher_from_logits is False
+    assert Distiller(student, _teacher()).teacher_from_logits is True

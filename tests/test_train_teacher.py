@@ -33,7 +33,7 @@ def test_a_teacher_file_trains_a_distilled_student(tmp_path):
                        "--output-dir", str(out)]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["teacher"], metrics["distillation"], metrics["teacher_epochs"]) == (path, "soft", None)
-    assert metrics["recipe_settings"]["distillation"] == "soft"
+    assert metrics["recipe_settings"]["distillation"] == "soft" and metrics["temperature"] == 2.0
     accuracy = Accuracy()  # the teacher's own held-out accuracy, measured here on the same 360 scans
     for images, labels in data.digits("validation", image_size=16, batch_size=64):
         accuracy.update_state(labels, teacher(images, training=False))
@@ -51,6 +51,7 @@ def test_the_deit_distill_recipe_trains_a_cnn_teacher_first(tmp_path):
     assert train.main([*flags, "--recipe", "deit-distill", "--output-dir", str(out)]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["teacher"], metrics["teacher_epochs"], metrics["distillation"]) == ("cnn", 1, "hard")
+    assert metrics["temperature"] is None  # hard distillation has none
     assert metrics["recipe_settings"]["mixup_alpha"] == 0.2 and metrics["recipe_settings"]["label_smoothing"] == 0.1
     teacher = keras.saving.load_model(out / "teacher.keras")
     assert teacher.input_shape == (None, 16, 16, 3) and teacher.output_shape == (None, 10)
@@ -64,7 +65,9 @@ def test_the_deit_distill_recipe_trains_a_cnn_teacher_first(tmp_path):
     (["--distillation", "soft"], "--distillation soft needs a teacher: give --teacher MODEL.keras or --teacher cnn"),
     (["--teacher", "cnn", "--distillation", "none"], "--distillation none turns distillation off; drop --teacher cnn"),
     (["--teacher", "cnn", "--teacher-epochs", "0"], "--teacher-epochs must be >= 1. Received: 0"),
-    (["--teacher", "cnn", "--temperature", "0"], "--temperature must be > 0. Received: 0.0"),
+    (["--teacher", "cnn", "--temperature", "0"], "--temperature must be a finite number > 0. Received: 0.0"),
+    (["--teacher", "cnn", "--temperature", "inf"], "--temperature must be a finite number > 0. Received: inf"),
+    (["--teacher", "cnn", "--temperature", "nan"], "--temperature must be a finite number > 0. Received: nan"),
 ])
 def test_bad_distillation_flags_exit_2_before_any_data(flags, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:

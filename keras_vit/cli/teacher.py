@@ -8,6 +8,7 @@ distillation token and trained by `keras_vit.distillation.Distiller`;
 metrics.json records the teacher and its own held-out accuracy.
 """
 
+import math
 import os
 
 CNN = "cnn"
@@ -63,8 +64,8 @@ def resolve(args, settings, pretrained=None):
                          "none: give a distilled (DeiT) checkpoint, or drop --weights")
     if args.teacher_epochs < 1:
         raise ValueError(f"--teacher-epochs must be >= 1. Received: {args.teacher_epochs}")
-    if not args.temperature > 0:
-        raise ValueError(f"--temperature must be > 0. Received: {args.temperature}")
+    if not 0 < args.temperature < math.inf:  # NaN fails too
+        raise ValueError(f"--temperature must be a finite number > 0. Received: {args.temperature}")
     return teacher, distillation
 
 
