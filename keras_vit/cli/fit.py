@@ -7,8 +7,7 @@ import os
 import sys
 import time
 
-from keras_vit.cli import run_files as _run_files
-from keras_vit.cli.run_files import backed_up_epoch, discard_run_file, has_backup, run_file_writer
+from keras_vit.cli.run_files import backed_up_epoch, backup_callback, discard_run_file, has_backup, run_file_writer
 from keras_vit.common.backend import backend
 
 _ITERATORS_PER_EPOCH = 2  # keras/src/trainers/epoch_iterator.py: one at the end of an epoch, one at the start
@@ -51,7 +50,7 @@ def fit_with_backup(model, train, val, args, strategy, chief):
     backup_dir = args.backup_dir or os.path.join(out, "backup")
     if not chief:  # each worker keeps its own state; only the chief writes the outputs
         backup_dir = os.path.join(backup_dir, f"worker_{distribute.cluster_spec()['task']['index']}")
-    backup = _run_files.backup_callback(backup_dir, args.backup_every or "epoch")  # random state kept too
+    backup = backup_callback(backup_dir, args.backup_every or "epoch")  # random state kept too
     # A resumed run restarts at the epoch it was in; advance the pipeline's reshuffling to that epoch, so that
     # it sees the same images in the same order as an uninterrupted run. Creating an iterator is what moves a
     # tf.data reshuffle on (no data is read), and Keras 3.15's fit creates two per epoch (docs/traps.md).
