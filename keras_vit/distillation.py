@@ -26,6 +26,7 @@ import numbers
 
 import keras
 from keras import ops
+from keras.backend import backend
 
 from keras_vit.common.validation import check_choice
 from keras_vit.layers.distilled_head import DistilledHead
@@ -80,7 +81,10 @@ class Distiller(keras.Model):
     The teacher runs in inference mode (`training=False`) and is frozen
     (`trainable = False`); when it had trainable weights a WARNING line of
     logger "keras_vit.distillation" says so. Its weights are not trained
-    and not part of the student.
+    and not part of the student. On TensorFlow with XLA on one device it
+    runs before the XLA-compiled student step, without XLA (under which
+    MobileNetV3Small's forward pass is about 5x slower on CPUs); the losses
+    and updates are those of the step that runs it inside.
 
     Args:
         student: a keras_vit ViT built with `distillation_token=True` and a
@@ -146,12 +150,17 @@ class Distiller(keras.Model):
         self.built = True  # its parts are built models (fit's BackupAndRestore needs a built model)
 
     def call(self, inputs, training=None):
+        if isinstance(inputs, (tuple, list)):  # (images, teacher logits) from `_step_apart`
+            inputs = inputs[0]
         cls_logits, dist_logits = self._head.head_logits(self._tokens(inputs, training=training))
         return ops.stack([ops.cast(cls_logits, "float32"), ops.cast(dist_logits, "float32")], axis=1)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         base = super().compute_loss(x=x, y=y, y_pred=y_pred[:, 0], sample_weight=sample_weight, training=training)
-        teacher = teacher_logits(self.teacher(x, training=False), self.teacher_from_logits)
+        if isinstance(x, (tuple, list)):  # the teacher ran before the XLA step (`_step_apart`)
+            teacher = x[1]
+        else:
+            teacher = teacher_logits(self.teacher(x, training=False), self.teacher_from_logits)
         term = distillation_term(y_pred[:, 1], ops.stop_gradient(teacher), self.distillation, self.temperature)
         if sample_weight is not None:
             weight = ops.cast(ops.reshape(sample_weight, (-1,)), "float32")
@@ -159,6 +168,50 @@ class Distiller(keras.Model):
         else:
             term = ops.mean(term)
         return (1.0 - self.alpha) * base + self.alpha * term
+
+    # TensorFlow with XLA: the frozen teacher runs before the XLA-compiled student step, not inside it. On CPUs
+    # XLA runs MobileNetV3Small's forward pass about 5x slower than TensorFlow's own kernels
+    # (benchmarks/findings/distillation-demo.md); the teacher needs no gradient, so nothing is lost by running
+    # it apart. Under a tf.distribute strategy, with JAX and with PyTorch it runs inside the step.
+    def make_train_function(self, force=False):
+        return self._made_apart(super().make_train_function, force)
+
+    def make_test_function(self, force=False):
+        return self._made_apart(super().make_test_function, force)
+
+    def train_step(self, *args):  # (data) on TensorFlow and PyTorch, (state, data) on JAX
+        return self._step_apart(super().train_step, *args) if self._teacher_apart() else super().train_step(*args)
+
+    def test_step(self, *args):
+        return self._step_apart(super().test_step, *args) if self._teacher_apart() else super().test_step(*args)
+
+    def _teacher_apart(self):
+        if backend() != "tensorflow" or self.run_eagerly or not self.jit_compile:
+            return False
+        import tensorflow as tf
+
+        return not tf.distribute.has_strategy()
+
+    def _made_apart(self, make, force):
+        if not self._teacher_apart():
+            return make(force)
+        self.__dict__["_xla_steps"] = {}  # traced anew after a compile (new optimizer, new metrics)
+        jit, self._jit_compile = self._jit_compile, False  # Keras' step function runs the teacher, no XLA ...
+        try:
+            return make(force)
+        finally:
+            self._jit_compile = jit
+
+    def _step_apart(self, step, data):
+        import tensorflow as tf
+
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        teacher = teacher_logits(self.teacher(x, training=False), self.teacher_from_logits)
+        steps = self.__dict__["_xla_steps"]
+        if step.__name__ not in steps:  # ... and calls the student's step, compiled with XLA
+            steps[step.__name__] = tf.function(lambda *data: step(keras.utils.pack_x_y_sample_weight(*data)),
+                                               jit_compile=True, reduce_retracing=True)
+        return steps[step.__name__]((x, tf.stop_gradient(teacher)), y, sample_weight)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         return super().compute_metrics(x, y, ops.mean(y_pred, axis=1), sample_weight)

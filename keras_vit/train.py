@@ -333,7 +333,7 @@ def run(args):
     import keras_vit
     from keras_vit import distribute, training
 
-    strategy, chief, jit_compile = start_run(args)
+    strategy, chief, run_jit = start_run(args)
     saved = None
     if args.init_from is not None:
         kept = [f"--{k.replace('_', '-')} {settings[k]}" for k in ("dropout_rate", "stochastic_depth_rate") if settings[k]]
@@ -378,11 +378,12 @@ def run(args):
         if args.freeze_backbone:
             _train_weights.freeze_backbone(model)
 
-        def compile_fn(trained, steps, warmup_steps, ema_momentum=None, from_logits=True):
+        def compile_fn(trained, steps, warmup_steps, ema_momentum=None, from_logits=True, jit_compile=None):
             training.compile_model(trained, total_steps=steps, optimizer=args.optimizer,
                                    learning_rate=args.learning_rate, warmup_steps=warmup_steps,
                                    weight_decay=args.weight_decay, label_smoothing=settings["label_smoothing"],
-                                   ema_momentum=ema_momentum, jit_compile=jit_compile, from_logits=from_logits)
+                                   ema_momentum=ema_momentum, from_logits=from_logits,
+                                   jit_compile=run_jit if jit_compile is None else jit_compile)
 
         trainer, teacher_metrics = model, {}
         if teacher is not None:  # DeiT: the student trains against the frozen teacher (keras_vit.distillation)

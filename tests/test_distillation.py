@@ -187,6 +187,38 @@ def test_fit_trains_the_distillation_head_toward_the_teacher_and_leaves_the_teac
     assert distiller.jit_compile == (keras.backend.backend() != "torch")  # XLA held on TensorFlow and JAX
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the teacher runs apart on TensorFlow only")
+def test_the_teacher_run_apart_from_the_xla_step_gives_the_same_step_as_inside_it():
+    """On TensorFlow with XLA the teacher runs before the XLA-compiled student step (its depthwise convolutions
+    are slow under XLA on CPUs): the losses, metrics and weights after each step equal the step that runs it
+    inside (without XLA), and the teacher is not in the XLA function."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, (64, 8, 8, 3)).astype("float32")
+    y = rng.integers(0, 3, 64)
+    ends = {}
+    for jit in (True, False):
+        student, teacher = _student(), _teacher(seed=3)
+        _randomise(student, seed=8, scale=0.1)
+        distiller = Distiller(student, teacher)  # hard distillation, alpha 1/2
+        compile_model(distiller, total_steps=4, learning_rate=1e-2, from_logits=True, jit_compile=jit)
+        assert distiller._teacher_apart() == jit
+        history = distiller.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0).history
+        if jit:  # the XLA-compiled step holds the student's ops and none of the teacher's
+            step = distiller.__dict__["_xla_steps"]["train_step"]
+            ops_run = [op.name for op in step.get_concrete_function(
+                (x[:16], np.zeros((16, 3), "float32")), y[:16], None).graph.get_operations()]
+            assert any(student.name in name for name in ops_run)
+            assert not any(teacher.name in name for name in ops_run)
+        ends[jit] = (history, distiller.evaluate(x, y, batch_size=16, verbose=0, return_dict=True),
+                     [np.array(w) for w in student.weights])
+    assert distiller.jit_compile is False and ends[True][0]["loss"][0] > 0
+    for a, b in zip(ends[True][:2], ends[False][:2]):
+        assert a.keys() == b.keys()
+        np.testing.assert_allclose([np.ravel(a[k])[0] for k in a], [np.ravel(b[k])[0] for k in b], rtol=2e-5)
+    for a, b in zip(ends[True][2], ends[False][2]):
+        np.testing.assert_allclose(a, b, atol=2e-6)
+
+
 def test_bad_teachers_and_settings_are_refused_before_training():
     student = _student()
     with pytest.raises(ValueError, match="teacher 'teacher' has 4 classes, the student 'vision_transformer' 3"):

@@ -1,6 +1,7 @@
 """`keras-vit-train --teacher` and the deit-distill recipe (issue 46): DeiT's distillation from the command line."""
 
 import json
+import logging
 
 import keras
 import numpy as np
@@ -26,11 +27,14 @@ def _teacher_file(folder, classes=10, side=16, name="teacher.keras"):
     return str(path), teacher
 
 
-def test_a_teacher_file_trains_a_distilled_student(tmp_path):
+def test_a_teacher_file_trains_a_distilled_student(tmp_path, monkeypatch, caplog):
     path, teacher = _teacher_file(tmp_path)
     out = tmp_path / "run"
-    assert train.main([*TINY, "--teacher", path, "--distillation", "soft", "--temperature", "2",
-                       "--output-dir", str(out)]) == 0
+    monkeypatch.chdir(tmp_path)  # the file given as a relative path; metrics.json names it absolute
+    with caplog.at_level(logging.WARNING, logger="keras_vit.distillation"):
+        assert train.main([*TINY, "--teacher", "teacher.keras", "--distillation", "soft", "--temperature", "2",
+                           "--output-dir", str(out)]) == 0
+    assert any("is frozen (trainable=False)" in r.getMessage() for r in caplog.records)  # a file's teacher
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["teacher"], metrics["distillation"], metrics["teacher_epochs"]) == (path, "soft", None)
     assert metrics["recipe_settings"]["distillation"] == "soft" and metrics["temperature"] == 2.0
@@ -45,10 +49,12 @@ def test_a_teacher_file_trains_a_distilled_student(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_deit_distill_recipe_trains_a_cnn_teacher_first(tmp_path):
+def test_the_deit_distill_recipe_trains_a_cnn_teacher_first(tmp_path, caplog):
     out = tmp_path / "run"
     flags = [*TINY, "--epochs", "1", "--warmup-epochs", "0", "--teacher-epochs", "1", "--no-xla"]
-    assert train.main([*flags, "--recipe", "deit-distill", "--output-dir", str(out)]) == 0
+    with caplog.at_level(logging.WARNING, logger="keras_vit.distillation"):
+        assert train.main([*flags, "--recipe", "deit-distill", "--output-dir", str(out)]) == 0
+    assert not [r.getMessage() for r in caplog.records]  # the CNN the run trained is frozen by the run: no line
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["teacher"], metrics["teacher_epochs"], metrics["distillation"]) == ("cnn", 1, "hard")
     assert metrics["temperature"] is None  # hard distillation has none
@@ -90,6 +96,18 @@ def test_a_teacher_of_other_classes_or_images_is_refused_before_training(classes
     assert not (tmp_path / "run" / "model.keras").exists()
 
 
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04 cut short"])
+def test_a_teacher_file_that_is_no_zip_is_named_so(content, tmp_path, capsys):
+    path = tmp_path / "broken.keras"
+    path.write_bytes(content)
+    with pytest.raises(SystemExit) as exit_:
+        train.main([*TINY, "--teacher", str(path), "--output-dir", str(tmp_path / "run")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--teacher {str(path)!r} is not a .keras file: a .keras file is a zip archive" in err
+    assert "File not found" not in err and not (tmp_path / "run" / "model.keras").exists()
+
+
 @pytest.mark.parametrize("include_top", [True, False])
 def test_init_from_a_distilled_model_gets_a_new_pair_of_heads(include_top):
     import keras_vit
@@ -113,3 +131,12 @@ def test_the_recipe_keeps_an_earlier_runs_teacher_file_without_overwrite(tmp_pat
         train.main([*TINY, "--recipe", "deit-distill", "--output-dir", str(out)])
     assert exit_.value.code == 2 and "teacher.keras exists; pass --overwrite" in capsys.readouterr().err
     assert (out / "teacher.keras").read_bytes() == b"an earlier run's teacher"
+
+
+def test_the_cnn_teacher_trains_without_xla_on_a_tensorflow_cpu():
+    import tensorflow as tf
+
+    from keras_vit.cli.teacher import cnn_jit_compile
+
+    accelerator = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU")
+    assert cnn_jit_compile() is (None if accelerator else False)  # None: the run's own XLA setting

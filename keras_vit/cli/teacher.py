@@ -10,6 +10,7 @@ metrics.json records the teacher and its own held-out accuracy.
 
 import math
 import os
+import zipfile
 
 CNN = "cnn"
 CNN_MIN_SIDE = 32  # MobileNetV3Small's smallest input side: smaller images are resized up inside the teacher
@@ -93,6 +94,22 @@ def cnn_teacher(image_size, classes):
     return keras.Model(inputs, cnn(x), name="teacher_cnn")
 
 
+def cnn_jit_compile():
+    """XLA for `--teacher cnn`'s own training: False on TensorFlow without a GPU or TPU, else None (the run's).
+
+    On CPUs XLA runs MobileNetV3Small slower than TensorFlow's own kernels: a training step at 32 px took 2.4x
+    as long with XLA on an AMD EPYC Zen 3 (0.51 s against 0.21 s, batch 64; benchmarks/findings/
+    distillation-demo.md). JAX has no other path than XLA.
+    """
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return None
+    import tensorflow as tf
+
+    return None if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU") else False
+
+
 def teacher_model(teacher, args, train, val, student, compile_fn, write_fn):
     """The teacher as a Keras model, and its metrics.json entries.
 
@@ -101,11 +118,13 @@ def teacher_model(teacher, args, train, val, student, compile_fn, write_fn):
         args: the parsed flags (--teacher-epochs, --verbose).
         train, val: the run's pipelines (images in [-1, 1]).
         student: the distilled keras_vit ViT (its images and classes are the teacher's).
-        compile_fn: `compile_fn(model, total_steps, warmup_steps)` compiles a model with the run's recipe.
+        compile_fn: `compile_fn(model, total_steps, warmup_steps, jit_compile=None)` compiles a model with the
+            run's recipe (None: the run's XLA setting).
         write_fn: `write_fn(model)` saves the trained CNN teacher as teacher.keras (the chief only).
 
     Returns:
-        `(model, {"teacher": ..., "teacher_accuracy": held-out accuracy, "teacher_epochs": ...})`.
+        `(model, {"teacher": "cnn" or the file's absolute path, "teacher_accuracy": held-out accuracy,
+        "teacher_epochs": the CNN's epochs or None})`; the model is frozen (`trainable=False`).
 
     Raises:
         ValueError: a teacher file that does not load, or whose input or classes do not fit
@@ -119,16 +138,21 @@ def teacher_model(teacher, args, train, val, student, compile_fn, write_fn):
     if teacher == CNN:
         model = cnn_teacher(tuple(student.input_shape[1:3]), int(student.output_shape[-1]))
         steps = args.teacher_epochs * int(train.cardinality())
-        compile_fn(model, steps, int(0.06 * steps))  # the run's recipe and 6% warm-up
+        compile_fn(model, steps, int(0.06 * steps), jit_compile=cnn_jit_compile())  # the recipe, 6% warm-up
         print(f"--teacher cnn: training MobileNetV3Small for {args.teacher_epochs} epochs first", flush=True)
         model.fit(train, epochs=args.teacher_epochs, verbose=args.verbose, shuffle=False)
         write_fn(model)
+        model.trainable = False  # frozen by the run itself: the Distiller's "it is frozen" line is for files
         epochs = args.teacher_epochs
     else:
+        if not zipfile.is_zipfile(teacher):  # Keras would say "File not found" of a file that is there
+            raise ValueError(f"--teacher {teacher!r} is not a .keras file: a .keras file is a zip archive, and this "
+                             "one is not (truncated or corrupted?); save the teacher with model.save('NAME.keras')")
         try:
             model = keras.saving.load_model(teacher)
-        except Exception as e:  # not a Keras model file, or one saved with layers not registered here
+        except Exception as e:  # a zip that is no Keras model, or one saved with layers not registered here
             raise ValueError(f"--teacher {teacher!r} could not be loaded: {type(e).__name__}: {str(e)[:200]}") from None
+        teacher = os.path.abspath(teacher)  # metrics.json names the file wherever it is read from
         epochs = None
         try:
             check_teacher(student, model)
