@@ -54,8 +54,8 @@ def check_arguments(args, formats, quantizations, refused, onnx_quantizations):
     data = args.calibration_data
     looks_like_path = data is not None and (data.startswith(("/", "./", "../", "~")) or data.endswith(os.sep))
     if looks_like_path and not os.path.isdir(os.path.expanduser(data)):  # no TFDS name looks like that
-        raise ValueError("calibration data must be 'digits', an existing image folder or a TFDS name; "
-                         f"{data!r} is neither an existing folder nor a data set TFDS knows (--calibration-data)")
+        raise ValueError(f"--calibration-data {data!r}: neither an existing folder nor a data set TFDS knows; give "
+                         "'digits', an existing image folder or a TFDS name")
 
 
 def _measured_causes(found, failed_tflite):

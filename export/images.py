@@ -2,6 +2,7 @@
 and the calibration images a format function is given (`representative_samples`)."""
 
 import os
+import re
 
 import numpy as np
 
@@ -92,15 +93,17 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES, class_names=None):
         except ValueError as e:  # e.g. too few images for both halves: say why the folder is split at all
             if "cannot be read" in str(e):  # a corrupt or unreadable file, named by keras_vit.data
                 raise ValueError(f"calibration_data={str(source)!r} (--calibration-data): {e}") from None
+            reason = re.sub(r"; add images or \w+ validation_split$", "", str(e))  # the export's split is fixed
             raise ValueError(f"calibration_data={str(source)!r} (--calibration-data): an image folder is split "
-                             f"80/20 into calibration and verification images, and this one cannot be: {e}") from None
+                             f"80/20 into calibration and verification images, and this one cannot be: {reason}; add "
+                             "images to it") from None
     elif isinstance(source, str) and _is_tfds_name(source):
         calibration = data.from_tfds(source, split="train", **common)
         held_out = data.from_tfds(source, split="test", **common)
     else:
         raise ValueError(
-            "calibration data must be 'digits', an existing image folder or a TFDS name; "
-            f"{source!r} is neither an existing folder nor a data set TFDS knows"
+            f"calibration_data={source!r} (--calibration-data): neither an existing folder nor a data set TFDS knows; "
+            "give 'digits', an existing image folder or a TFDS name"
         )
     cal = _take(calibration, max_samples)[0]
     eval_images, eval_labels = _take(held_out, max_samples)

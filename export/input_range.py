@@ -164,7 +164,7 @@ def model_input_range(model):
         return UNIT, (f"{UNREAD} its layer {name!r} ({kind}){read} cannot be read: taken to take keras_vit's "
                       "[-1, 1]; pass --input-range (input_range=) if it takes another range")
     if not found:
-        return UNIT, "no pixel-scaling layer before the ViT: it takes keras_vit's [-1, 1]"
+        return UNIT, "no pixel-scaling layer before the ViT (keras_vit's own range)"
     best = min(RANGES.values(), key=lambda r: abs(math.log(max(abs(a) * (r[1] - r[0]), 1e-12) / 2.0)))
     return best, f"{READ} ({', '.join(found)}: x -> {a:.6g} x + {b:.6g})"
 

@@ -107,17 +107,17 @@ def _plain_keras_file(tmp_path):
         (lambda m, t: [m, "--quantization", "16x8"], "--quantization 16x8 is refused: the mode is called 'int16x8' here"),
         (lambda m, t: [m, "--formats", ""], "--formats is empty"),
         (lambda m, t: [m, "--calibration-data", str(t / "empty_folder")], "holds no images"),
-        (lambda m, t: [m, "--calibration-data", "./nope"], "calibration data must be 'digits', an existing image folder or a TFDS name"),
+        (lambda m, t: [m, "--calibration-data", "./nope"], "--calibration-data './nope': neither an existing folder nor a data set TFDS knows; give 'digits'"),
         (lambda m, t: [m, "--labels", str(t / "nolabels.txt")], "labels file not found"),
         (lambda m, t: [m, "--opset", "11"], "--opset must be an int in [13, 18] (tf2onnx 1.17). Received: --opset 11"),
         (lambda m, t: [m, "--quantization", "float16", "--int8-io-type", "uint8"], "--int8-io-type uint8 applies to the 'full_integer_int8' TFLite file"),
         # the default modes' int8 file is the phone-CPU one, float32 I/O only (issue 45)
         (lambda m, t: [m, "--int8-io-type", "int8"], "--int8-io-type int8 applies to the 'full_integer_int8' TFLite file"),
-        (lambda m, t: [m, "--calibration-data", "photos_typo"], "'photos_typo' is neither an existing folder nor a data set TFDS knows"),
+        (lambda m, t: [m, "--calibration-data", "photos_typo"], "--calibration-data photos_typo: neither an existing folder nor a data set TFDS knows; give 'digits'"),
         (lambda m, t: [_text_file(t, "text.keras")], "is not a Keras .keras model file"),
         (lambda m, t: [m, "--calibration-data", str(t / "junk_images")], "(10 bytes) cannot be read: Unknown image file format"),
         (lambda m, t: [m, "--calibration-data", str(t / "one_image")],
-         "an image folder is split 80/20 into calibration and verification images, and this one cannot be"),
+         "leaves an empty validation subset; add images to it"),  # the export's 80/20 split: no validation_split
         (lambda m, t: [str(t)], "is a folder: give the model's .keras file"),  # a fresh-user review (issue 44)
     ],
 )

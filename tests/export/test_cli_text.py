@@ -42,8 +42,9 @@ def no_data(monkeypatch):
                                       "mean --calibration-data?"),
     (["--int8-io-type", "unit8"], "argument --int8-io-type: invalid choice: 'unit8'"),
     (["--labels", "missing.txt", "--calibration-data", "digits"], "labels file not found: 'missing.txt' (--labels)"),
-    (["--calibration-data", "./photos_typo/"], "'./photos_typo/' is neither an existing folder nor a data set TFDS "
-                                               "knows (--calibration-data)"),
+    (["--calibration-data", "./photos_typo/"], "--calibration-data './photos_typo/': neither an existing folder nor "
+                                               "a data set TFDS knows; give 'digits', an existing image folder or a "
+                                               "TFDS name"),
     (["--opset", "11", "--calibration-data", "digits"], "--opset must be an int in [13, 18] (tf2onnx 1.17). "
                                                         "Received: --opset 11"),
     (["--quantization", "float16", "--int8-io-type", "uint8", "--calibration-data", "digits"],

@@ -56,7 +56,7 @@ def _write_folder(root, images, labels):
 
 def test_input_range_is_read_from_the_first_layers():
     vit = keras_vit.VisionTransformer(**TINY, classes=4)
-    assert model_input_range(vit)[0] == UNIT
+    assert model_input_range(vit) == (UNIT, "no pixel-scaling layer before the ViT (keras_vit's own range)")
     assert model_input_range(keras_vit.VisionTransformer(**TINY, classes=4, include_preprocessing=True))[0] == PIXELS
     inputs = keras.Input((16, 16, 3))
     habit = keras.Model(inputs, vit(keras_vit.preprocess_input(inputs)))  # keras.applications' habit: ops, not layers
