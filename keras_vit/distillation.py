@@ -207,7 +207,7 @@ class Distiller(keras.Model):
 
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         teacher = teacher_logits(self.teacher(x, training=False), self.teacher_from_logits)
-        steps = self.__dict__["_xla_steps"]
+        steps = self.__dict__.setdefault("_xla_steps", {})
         if step.__name__ not in steps:  # ... and calls the student's step, compiled with XLA
             steps[step.__name__] = tf.function(lambda *data: step(keras.utils.pack_x_y_sample_weight(*data)),
                                                jit_compile=True, reduce_retracing=True)
