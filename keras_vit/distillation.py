@@ -21,7 +21,6 @@ its sum by the number of logits instead, a factor of 1 / classes smaller.
 """
 
 import logging
-import math
 import numbers
 
 import keras
@@ -33,6 +32,9 @@ from keras_vit.layers.distilled_head import DistilledHead
 from keras_vit.training import head_gives_logits
 
 DISTILLATIONS = ("hard", "soft")
+# Soft distillation's largest temperature: the loss is scaled by T^2, which overflows float32 (NaN loss) from
+# about 1.8e19, and far below that the teacher's softened scores are uniform (Hinton et al. use 1-20)
+MAX_TEMPERATURE = 100.0
 LOG = logging.getLogger("keras_vit.distillation")
 
 
@@ -95,7 +97,7 @@ class Distiller(keras.Model):
             student's images (same height, width, channels and pixel range)
             and outputs `(batch, classes)` probabilities or logits.
         distillation: "hard" (default, DeiT's) or "soft".
-        temperature: float > 0, default 1.0 (DeiT's soft default); "soft" only.
+        temperature: float in (0, `MAX_TEMPERATURE` = 100], default 1.0 (DeiT's soft default); "soft" only.
         alpha: float in [0, 1], default 0.5: the weight of the
             distillation term (DeiT's 1/2).
         teacher_from_logits: None (read from the teacher's last layer: a
@@ -130,8 +132,8 @@ class Distiller(keras.Model):
         check_choice("distillation", distillation, DISTILLATIONS)
         for arg, value, low_open in (("temperature", temperature, True), ("alpha", alpha, False)):
             bad = isinstance(value, bool) or not isinstance(value, numbers.Real)  # NumPy's floats too
-            if bad or not (0 < value < math.inf if low_open else 0 <= value <= 1):  # NaN fails both
-                expected = "a finite float > 0" if low_open else "a float in [0, 1]"
+            if bad or not (0 < value <= MAX_TEMPERATURE if low_open else 0 <= value <= 1):  # NaN fails both
+                expected = f"a float in (0, {MAX_TEMPERATURE:g}]" if low_open else "a float in [0, 1]"
                 raise ValueError(f"`{arg}` must be {expected}. Received: {arg}={value!r}")
         head = check_teacher(student, teacher)
         if teacher_from_logits is None:

@@ -443,8 +443,10 @@ def _main(argv):
     def summary(args, metrics):
         return (
             f"held-out accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}, "
-            f"{metrics['images_per_second']:.0f} images/s; training took {metrics['train_wall_time_s']:.0f} s; "
+            f"{metrics['images_per_second']:.0f} images/s; training took {metrics['train_wall_time_s']:.0f} s"
+            f"{' (the student; the teacher before it)' if metrics.get('teacher_epochs') else ''}; "
             f"wrote {args.output_dir}/model.keras, metrics.json, history.json, training_curve.png"
+            f"{', teacher.keras' if metrics.get('teacher_epochs') else ''}"
         )
 
     return cli(build_parser(), argv, run, summary)

@@ -428,10 +428,20 @@ def _output_columns(model):
     return outputs[0].shape[-1] if outputs else None
 
 
+def _last_operation(model):
+    """The layer or operation that makes `model`'s (first) output: its output tensor's, else its last layer."""
+    try:
+        return model.outputs[0]._keras_history.operation
+    except (AttributeError, ValueError, IndexError, TypeError):  # a Sequential without outputs yet, a subclass
+        return model.layers[-1] if model.layers else None
+
+
 def head_gives_logits(model, argument="from_logits"):
     """Whether `model`'s output is logits (True) or probabilities (False), read from its last layer's activation.
 
-    Softmax (as an activation or a `keras.layers.Softmax` layer) means probabilities; None or linear (or a model
+    The last layer is the one that makes the output (in a functional model, the operation of its output
+    tensor); a nested model there is read the same way, down to its own last layer. Softmax (as an activation,
+    a `keras.layers.Softmax` layer or `keras.ops.softmax`) means probabilities; None or linear (or a model
     without layers) means logits. Used by
     `compile_model(from_logits=None)` and `keras_vit.distillation.Distiller(teacher_from_logits=None)`.
 
@@ -439,9 +449,11 @@ def head_gives_logits(model, argument="from_logits"):
         ValueError: any other activation (sigmoid, relu, ...); the message names `argument`, the argument
             that settles it.
     """
-    last = model.layers[-1] if model.layers else None
+    last = _last_operation(model)
+    if isinstance(last, keras.Model):
+        return head_gives_logits(last, argument)
     activation = getattr(last, "activation", None)
-    if activation is keras.activations.softmax or isinstance(last, keras.layers.Softmax):
+    if activation is keras.activations.softmax or type(last).__name__ == "Softmax":  # the layer or the op
         return False
     if activation is None or activation is keras.activations.linear:
         return True

@@ -5,6 +5,7 @@ from the DeiT paper's Eq. 2 and 3; Hugging Face's implementation judges the mode
 """
 
 import logging
+import re
 
 import keras
 import numpy as np
@@ -231,10 +232,11 @@ def test_bad_teachers_and_settings_are_refused_before_training():
         Distiller(plain, _teacher())
     with pytest.raises(ValueError, match="`distillation` must be one of"):
         Distiller(student, _teacher(), distillation="kl")
-    for temperature in (0, float("nan"), float("inf")):  # NaN or inf would train on a NaN loss
-        with pytest.raises(ValueError, match=rf"`temperature` must be a finite float > 0. Received: "
-                                             rf"temperature={temperature!r}"):
+    for temperature in (0, float("nan"), float("inf"), 1e20, 100.5):  # T^2 of 1e20 is a NaN loss in float32
+        with pytest.raises(ValueError, match=r"`temperature` must be a float in \(0, 100\]. Received: "
+                                             + re.escape(f"temperature={temperature!r}")):
             Distiller(student, _teacher(), temperature=temperature)
+    assert Distiller(student, _teacher(), temperature=100).temperature == 100.0
     assert Distiller(student, _teacher(), temperature=np.float32(2.0)).temperature == 2.0  # NumPy's floats pass
     with pytest.raises(ValueError, match=r"`alpha` must be a float in \[0, 1\]. Received: alpha=1.5"):
         Distiller(student, _teacher(), alpha=1.5)
@@ -244,4 +246,10 @@ def test_bad_teachers_and_settings_are_refused_before_training():
                                       keras.layers.Softmax()], name="teacher")
     assert Distiller(student, softmax_layer).teacher_from_logits is False  # probabilities, as from activation="softmax"
     assert Distiller(student, _teacher(activation="softmax")).teacher_from_logits is False
+    images = keras.Input((8, 8, 3))
+    nested = keras.Model(images, _teacher(activation="softmax")(images), name="teacher")  # softmax inside
+    assert Distiller(student, nested).teacher_from_logits is False
+    op_softmax = keras.Model(images, keras.ops.softmax(_teacher()(images)), name="teacher")  # keras.ops.softmax
+    assert Distiller(student, op_softmax).teacher_from_logits is False
+    assert Distiller(student, keras.Model(images, _teacher()(images), name="teacher")).teacher_from_logits is True
     assert Distiller(student, _teacher()).teacher_from_logits is True

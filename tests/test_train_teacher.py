@@ -27,7 +27,7 @@ def _teacher_file(folder, classes=10, side=16, name="teacher.keras"):
     return str(path), teacher
 
 
-def test_a_teacher_file_trains_a_distilled_student(tmp_path, monkeypatch, caplog):
+def test_a_teacher_file_trains_a_distilled_student(tmp_path, monkeypatch, caplog, capsys):
     path, teacher = _teacher_file(tmp_path)
     out = tmp_path / "run"
     monkeypatch.chdir(tmp_path)  # the file given as a relative path; metrics.json names it absolute
@@ -42,6 +42,11 @@ def test_a_teacher_file_trains_a_distilled_student(tmp_path, monkeypatch, caplog
     for images, labels in data.digits("validation", image_size=16, batch_size=64):
         accuracy.update_state(labels, teacher(images, training=False))
     assert metrics["teacher_accuracy"] == pytest.approx(float(accuracy.result()), abs=1e-6)
+    printed = capsys.readouterr().out
+    assert f"--teacher: the teacher's held-out accuracy {metrics['teacher_accuracy']:.4f}" in printed
+    near_chance = "WARNING: the teacher is near chance" in printed and "give a trained teacher" in printed
+    assert near_chance == (metrics["teacher_accuracy"] < 0.2)  # an untrained linear teacher: 10 classes
+    assert "training_curve.png\n" in printed and "teacher.keras" not in printed.split("held-out accuracy 0.")[-1]
     model = keras.saving.load_model(out / "model.keras")
     assert isinstance(model.get_layer("predictions"), DistilledHead)
     assert metrics["parameters"] == model.count_params() and metrics["jit_compile"] is True
@@ -49,12 +54,15 @@ def test_a_teacher_file_trains_a_distilled_student(tmp_path, monkeypatch, caplog
 
 
 @pytest.mark.slow
-def test_the_deit_distill_recipe_trains_a_cnn_teacher_first(tmp_path, caplog):
+def test_the_deit_distill_recipe_trains_a_cnn_teacher_first(tmp_path, caplog, capsys):
     out = tmp_path / "run"
     flags = [*TINY, "--epochs", "1", "--warmup-epochs", "0", "--teacher-epochs", "1", "--no-xla"]
     with caplog.at_level(logging.WARNING, logger="keras_vit.distillation"):
         assert train.main([*flags, "--recipe", "deit-distill", "--output-dir", str(out)]) == 0
     assert not [r.getMessage() for r in caplog.records]  # the CNN the run trained is frozen by the run: no line
+    printed = capsys.readouterr().out
+    assert "training MobileNetV3Small for 1 epoch first (saved as teacher.keras)" in printed
+    assert "(the student; the teacher before it)" in printed and "training_curve.png, teacher.keras" in printed
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["teacher"], metrics["teacher_epochs"], metrics["distillation"]) == ("cnn", 1, "hard")
     assert metrics["temperature"] is None  # hard distillation has none
@@ -71,9 +79,10 @@ def test_the_deit_distill_recipe_trains_a_cnn_teacher_first(tmp_path, caplog):
     (["--distillation", "soft"], "--distillation soft needs a teacher: give --teacher MODEL.keras or --teacher cnn"),
     (["--teacher", "cnn", "--distillation", "none"], "--distillation none turns distillation off; drop --teacher cnn"),
     (["--teacher", "cnn", "--teacher-epochs", "0"], "--teacher-epochs must be >= 1. Received: 0"),
-    (["--teacher", "cnn", "--temperature", "0"], "--temperature must be a finite number > 0. Received: 0.0"),
-    (["--teacher", "cnn", "--temperature", "inf"], "--temperature must be a finite number > 0. Received: inf"),
-    (["--teacher", "cnn", "--temperature", "nan"], "--temperature must be a finite number > 0. Received: nan"),
+    (["--teacher", "cnn", "--temperature", "0"], "--temperature must be a number in (0, 100]. Received: 0.0"),
+    (["--teacher", "cnn", "--temperature", "inf"], "--temperature must be a number in (0, 100]. Received: inf"),
+    (["--teacher", "cnn", "--temperature", "nan"], "--temperature must be a number in (0, 100]. Received: nan"),
+    (["--teacher", "cnn", "--temperature", "1e20"], "--temperature must be a number in (0, 100]. Received: 1e+20"),
 ])
 def test_bad_distillation_flags_exit_2_before_any_data(flags, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -94,6 +103,19 @@ def test_a_teacher_of_other_classes_or_images_is_refused_before_training(classes
     err = capsys.readouterr().err
     assert f"--teacher {path}: The teacher 'linear_teacher' {message}" in err
     assert not (tmp_path / "run" / "model.keras").exists()
+
+
+def test_a_teacher_whose_scores_cannot_be_read_is_refused_naming_the_flag(tmp_path, capsys):
+    teacher = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Flatten(),
+                                keras.layers.Dense(10, activation="relu")], name="relu_teacher")
+    teacher.save(tmp_path / "relu.keras")
+    with pytest.raises(SystemExit) as exit_:
+        train.main([*TINY, "--teacher", str(tmp_path / "relu.keras"), "--output-dir", str(tmp_path / "run")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert (f"--teacher {tmp_path / 'relu.keras'}: Cannot tell whether 'relu_teacher' gives logits or probabilities "
+            "(last activation 'relu'): end the teacher with a linear (logits) or softmax layer") in err
+    assert "teacher_from_logits" not in err  # no such flag
 
 
 @pytest.mark.parametrize("content", [b"", b"PK\x03\x04 cut short"])

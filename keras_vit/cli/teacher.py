@@ -8,9 +8,11 @@ distillation token and trained by `keras_vit.distillation.Distiller`;
 metrics.json records the teacher and its own held-out accuracy.
 """
 
-import math
 import os
 import zipfile
+
+from keras_vit.distillation import MAX_TEMPERATURE, check_teacher
+from keras_vit.training import head_gives_logits
 
 CNN = "cnn"
 CNN_MIN_SIDE = 32  # MobileNetV3Small's smallest input side: smaller images are resized up inside the teacher
@@ -29,7 +31,7 @@ def add_teacher_arguments(parser):
     group.add_argument("--distillation", choices=["hard", "soft", "none"], default=None,
                        help="hard: the teacher's decisions (DeiT's default); soft: its scores at --temperature "
                        "(default: the recipe's; hard with --teacher)")
-    group.add_argument("--temperature", type=float, default=1.0, help="soft distillation's temperature T > 0")
+    group.add_argument("--temperature", type=float, default=1.0, help="soft distillation's temperature T, in (0, 100]")
     return group
 
 
@@ -65,8 +67,8 @@ def resolve(args, settings, pretrained=None):
                          "none: give a distilled (DeiT) checkpoint, or drop --weights")
     if args.teacher_epochs < 1:
         raise ValueError(f"--teacher-epochs must be >= 1. Received: {args.teacher_epochs}")
-    if not 0 < args.temperature < math.inf:  # NaN fails too
-        raise ValueError(f"--temperature must be a finite number > 0. Received: {args.temperature}")
+    if not 0 < args.temperature <= MAX_TEMPERATURE:  # NaN fails too
+        raise ValueError(f"--temperature must be a number in (0, {MAX_TEMPERATURE:g}]. Received: {args.temperature}")
     return teacher, distillation
 
 
@@ -132,14 +134,14 @@ def teacher_model(teacher, args, train, val, student, compile_fn, write_fn):
     """
     import keras
 
-    from keras_vit.distillation import check_teacher
     from keras_vit.losses import Accuracy
 
     if teacher == CNN:
         model = cnn_teacher(tuple(student.input_shape[1:3]), int(student.output_shape[-1]))
         steps = args.teacher_epochs * int(train.cardinality())
         compile_fn(model, steps, int(0.06 * steps), jit_compile=cnn_jit_compile())  # the recipe, 6% warm-up
-        print(f"--teacher cnn: training MobileNetV3Small for {args.teacher_epochs} epochs first", flush=True)
+        print(f"--teacher cnn: training MobileNetV3Small for {args.teacher_epochs} epoch"
+              f"{'s' if args.teacher_epochs != 1 else ''} first (saved as teacher.keras)", flush=True)
         model.fit(train, epochs=args.teacher_epochs, verbose=args.verbose, shuffle=False)
         write_fn(model)
         model.trainable = False  # frozen by the run itself: the Distiller's "it is frozen" line is for files
@@ -152,13 +154,21 @@ def teacher_model(teacher, args, train, val, student, compile_fn, write_fn):
             model = keras.saving.load_model(teacher)
         except Exception as e:  # a zip that is no Keras model, or one saved with layers not registered here
             raise ValueError(f"--teacher {teacher!r} could not be loaded: {type(e).__name__}: {str(e)[:200]}") from None
-        teacher = os.path.abspath(teacher)  # metrics.json names the file wherever it is read from
         epochs = None
         try:
             check_teacher(student, model)
-        except ValueError as error:
-            raise ValueError(f"--teacher {teacher}: {error}") from None
+            head_gives_logits(model, "teacher_from_logits")
+        except ValueError as error:  # the command line has no teacher_from_logits: the teacher's last layer says
+            text = str(error).replace("; pass teacher_from_logits=True or False.",
+                                      ": end the teacher with a linear (logits) or softmax layer")
+            raise ValueError(f"--teacher {teacher}: {text}") from None
+        teacher = os.path.abspath(teacher)  # metrics.json names the file wherever it is read from
     accuracy = Accuracy()  # in inference mode, as the teacher runs in distillation and evaluate measures
     for images, labels in val:
         accuracy.update_state(labels, model(images, training=False))
-    return model, {"teacher": teacher, "teacher_accuracy": float(accuracy.result()), "teacher_epochs": epochs}
+    found, classes = float(accuracy.result()), int(student.output_shape[-1])
+    print(f"--teacher: the teacher's held-out accuracy {found:.4f}, in inference mode", flush=True)
+    if found < 2.0 / classes:  # under twice chance: its decisions teach the student little but noise
+        print(f"WARNING: the teacher is near chance ({found:.1%}; chance {1 / classes:.1%}): "
+              f"{'train it longer (--teacher-epochs)' if epochs else 'give a trained teacher'}", flush=True)
+    return model, {"teacher": teacher, "teacher_accuracy": found, "teacher_epochs": epochs}
