@@ -436,7 +436,7 @@ def _last_operation(model):
         return model.layers[-1] if model.layers else None
 
 
-def head_gives_logits(model, argument="from_logits"):
+def head_gives_logits(model, argument="from_logits", remedy=None):
     """Whether `model`'s output is logits (True) or probabilities (False), read from its last layer's activation.
 
     The last layer is the one that makes the output (in a functional model, the operation of its output
@@ -445,13 +445,16 @@ def head_gives_logits(model, argument="from_logits"):
     without layers) means logits. Used by
     `compile_model(from_logits=None)` and `keras_vit.distillation.Distiller(teacher_from_logits=None)`.
 
+    `remedy`, when given, replaces the message's "; pass ARGUMENT=True or False." (a command line without that
+    argument says what to do instead).
+
     Raises:
         ValueError: any other activation (sigmoid, relu, ...); the message names `argument`, the argument
             that settles it.
     """
     last = _last_operation(model)
     if isinstance(last, keras.Model):
-        return head_gives_logits(last, argument)
+        return head_gives_logits(last, argument, remedy)
     activation = getattr(last, "activation", None)
     if activation is keras.activations.softmax or type(last).__name__ == "Softmax":  # the layer or the op
         return False
@@ -459,5 +462,6 @@ def head_gives_logits(model, argument="from_logits"):
         return True
     raise ValueError(
         f"Cannot tell whether {model.name!r} gives logits or probabilities (last activation "
-        f"{getattr(activation, '__name__', activation)!r}); pass {argument}=True or False."
+        f"{getattr(activation, '__name__', activation)!r})"
+        + (remedy if remedy is not None else f"; pass {argument}=True or False.")
     )

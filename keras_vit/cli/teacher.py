@@ -157,11 +157,10 @@ def teacher_model(teacher, args, train, val, student, compile_fn, write_fn):
         epochs = None
         try:
             check_teacher(student, model)
-            head_gives_logits(model, "teacher_from_logits")
-        except ValueError as error:  # the command line has no teacher_from_logits: the teacher's last layer says
-            text = str(error).replace("; pass teacher_from_logits=True or False.",
-                                      ": end the teacher with a linear (logits) or softmax layer")
-            raise ValueError(f"--teacher {teacher}: {text}") from None
+            # the command line has no teacher_from_logits: the teacher's last layer has to say
+            head_gives_logits(model, remedy=": end the teacher with a linear (logits) or softmax layer")
+        except ValueError as error:
+            raise ValueError(f"--teacher {teacher}: {error}") from None
         teacher = os.path.abspath(teacher)  # metrics.json names the file wherever it is read from
     accuracy = Accuracy()  # in inference mode, as the teacher runs in distillation and evaluate measures
     for images, labels in val:
