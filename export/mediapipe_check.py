@@ -148,8 +148,9 @@ def figures(path, images, reference, labels=None, score_kind="probabilities"):
 
 
 # Mean absolute difference, in levels of 255, above which MediaPipe's decoding of a file is another picture than
-# keras_vit.data's. Two JPEG decoders (MediaPipe's, libjpeg-turbo's accurate integer IDCT) differ by about 1 level on
-# average on photos; a picture turned by 90 or 180 degrees, or mirrored, differs by tens of levels.
+# keras_vit.data's. Two JPEG decoders (MediaPipe's, libjpeg-turbo's accurate integer IDCT) differ by at most 1 level
+# (measured on 60 16-px digit JPEGs, tests/export/test_app_files.py); a picture turned by 90 or 180 degrees, or
+# mirrored, differs by tens of levels.
 SAME_PICTURE_LEVELS = 8.0
 
 
@@ -167,14 +168,12 @@ def files_seen_differently(files):
         `(different, unopened)`: lists of `(file, why)`: files MediaPipe decodes to another size or other pixels
         (mean absolute difference over `SAME_PICTURE_LEVELS` levels), and files MediaPipe cannot open.
     """
-    import mediapipe as mp
-
     from keras_vit.data import read_image
 
     different, unopened = [], []
     for path in files:
         try:
-            app = np.asarray(mp.Image.create_from_file(str(path)).numpy_view(), "float32")
+            app = open_file(path).astype("float32")
         except Exception as e:  # e.g. a WebP file: "Failed to load image from file"
             unopened.append((path, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"))
             continue
@@ -196,6 +195,30 @@ def files_seen_differently(files):
     return different, unopened
 
 
+def open_file(path):
+    """A file's pixels as MediaPipe Tasks opens it for an app (`mp.Image.create_from_file`).
+
+    Args:
+        path: str, an image file (MediaPipe 1.2.3 in Python opens JPEG and PNG, applying EXIF orientation to JPEG only).
+
+    Returns:
+        uint8 `(h, w, channels)` or `(h, w)`, a copy.
+
+    Raises:
+        Whatever MediaPipe raises for a file it cannot open (e.g. `RuntimeError` for a WebP file).
+
+    `numpy_view()` is a view into the `mp.Image`'s own buffer and does not keep the image alive: read from a temporary
+    image, the buffer is freed and its first bytes are overwritten (measured: 44 of 60 16-px JPEGs read with up to
+    254 levels wrong in the first row). The image is held here until its pixels are copied.
+    """
+    import mediapipe as mp
+
+    image = mp.Image.create_from_file(str(path))
+    pixels = np.array(image.numpy_view(), copy=True)
+    del image
+    return pixels
+
+
 def _mean_levels(a, b):
     """Mean absolute difference of two `(h, w, c)` images of one size: colour channels, or grey where one is grey."""
     colours = min(a.shape[-1], b.shape[-1], 3)
@@ -212,7 +235,6 @@ def classify_files(path, files, classes):
     Returns float32 `(len(files), classes)` (0.0 for categories not returned), and the indices of the files MediaPipe
     could not open (their rows stay 0).
     """
-    import mediapipe as mp
     from mediapipe.tasks.python import vision
     from mediapipe.tasks.python.core.base_options import BaseOptions
 
@@ -222,7 +244,7 @@ def classify_files(path, files, classes):
     with classifier:
         for i, file in enumerate(files):
             try:
-                frame = np.asarray(mp.Image.create_from_file(str(file)).numpy_view())
+                frame = open_file(file)
             except Exception:
                 unopened.append(i)
                 continue

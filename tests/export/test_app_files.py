@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from export import mediapipe_check
 from export.app_files import held_out_files
 from export.images import load_data
 from export.pipeline import export_all
@@ -53,6 +54,20 @@ def test_held_out_files_are_the_verification_images_in_order(tmp_path, trained_v
         upright = data.read_image(file)  # the file, as keras_vit.data decodes it: 16 px, no resize
         np.testing.assert_allclose(upright / 127.5 - 1, image, atol=1e-5)
     assert held_out_files("digits", 10) is None and held_out_files(images, 10) is None
+
+
+def test_mediapipe_opens_each_portrait_jpeg_as_keras_vit_data_to_one_level(tmp_path):
+    """The pixels export.mediapipe_check reads are MediaPipe's own: its image is kept alive while they are copied.
+
+    Read through a temporary `mp.Image`'s `numpy_view()`, the freed buffer's first bytes came back overwritten (up to
+    254 levels wrong in the first row of 44 of these 60 files) and CI's agreement on the files fell to 9 of 11."""
+    folder = _portrait_folder(tmp_path / "photos", "jpg")
+    files = sorted(str(f) for f in folder.rglob("*.jpg"))
+    assert len(files) == 60
+    for file in files:
+        app = mediapipe_check.open_file(file).astype("int32")
+        assert app.shape == (16, 16, 3)
+        assert np.abs(app - data.read_image(file).astype("int32")).max() <= 1, file
 
 
 def test_portrait_jpegs_pass_and_the_files_agreement_is_reported(tmp_path, trained_vit):
