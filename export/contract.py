@@ -157,17 +157,24 @@ def label_names(labels, class_names, classes, model_names=None):
         class_names = list(class_names[1:])  # a binary classifier's one output: label 1 of a two-class folder
     if labels is None:
         if class_names is not None and len(class_names) != classes:
+            if model_names is None:  # labels naming all the model's classes number a folder that lacks some
+                advice = "export with data of the model's own classes, or pass labels that name all of them"
+            else:  # the model's own names already do that: --labels cannot help
+                foreign = [str(name) for name in class_names if str(name) not in map(str, model_names)]
+                advice = (f"{', '.join(map(repr, foreign[:5]))}{', ...' if len(foreign) > 5 else ''} "
+                          f"{'are' if len(foreign) > 1 else 'is'} not among the model's own classes "
+                          f"({', '.join(map(str, model_names[:5]))}{', ...' if len(model_names) > 5 else ''}); "
+                          "export with a folder of the model's classes (one sub-folder each, named as in training)")
             raise ValueError(
                 f"the model has {_classes(classes)} but the calibration data set has {len(class_names)} "
-                f"({', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''}); "
-                "export with data of the model's own classes, or pass labels"
+                f"({', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''}); {advice}"
             )
         if model_names is not None and class_names is not None and list(class_names) != list(model_names):
             raise ValueError(
                 f"the calibration data set's classes ({', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''}) "
                 f"are not the model's own ({', '.join(model_names[:5])}{', ...' if len(model_names) > 5 else ''}), in "
-                "that order: its labels would not mean the model's classes. Export with a folder of the model's "
-                "classes (one sub-folder each, named as in training), or pass labels (--labels)"
+                "that order: its labels would not mean the model's classes, and labels (--labels) would not change "
+                "that. Export with a folder of the model's classes (one sub-folder each, named as in training)"
             )
         if model_names is not None:
             return list(model_names), "model"

@@ -1,8 +1,9 @@
 """Calibration and verification images for an export: from a named source (digits, a folder, TFDS, a dataset),
 and the calibration images a format function is given (`representative_samples`)."""
 
+import collections
+import math
 import os
-import re
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from export.signature import ServingGraph
 from export.sizes import image_shape
 
 VERIFY_SAMPLES = 512
+FOLDER_SPLIT = 0.2  # the verification share of each class of an image folder (keras_vit.data's stratified split)
 SEEDED_SAMPLES = 64
 DEFAULT_CALIBRATION_STEPS = 200
 
@@ -79,7 +81,8 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES, class_names=None):
         # unshuffled, like the image-folder split: the same calibration images, so the same int8 file, every run
         calibration, held_out = data.digits("train", shuffle=False, **common), data.digits("validation", **common)
     elif os.path.isdir(str(source)):
-        split = {"validation_split": 0.2, "seed": 0, "directory": source, "class_names": None}
+        split = {"validation_split": FOLDER_SPLIT, "seed": 0, "directory": source, "class_names": None}
+        _check_splittable(source)
         try:
             if class_names:
                 try:
@@ -90,13 +93,8 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES, class_names=None):
                                              if names is not None and found and found < set(map(str, names))), None)
             calibration = data.from_directory(subset="training", shuffle=False, **split, **common)
             held_out = data.from_directory(subset="validation", **split, **common)
-        except ValueError as e:  # e.g. too few images for both halves: say why the folder is split at all
-            if "cannot be read" in str(e):  # a corrupt or unreadable file, named by keras_vit.data
-                raise ValueError(f"calibration_data={str(source)!r} (--calibration-data): {e}") from None
-            reason = re.sub(r"; add images or \w+ validation_split$", "", str(e))  # the export's split is fixed
-            raise ValueError(f"calibration_data={str(source)!r} (--calibration-data): an image folder is split "
-                             f"80/20 into calibration and verification images, and this one cannot be: {reason}; add "
-                             "images to it") from None
+        except ValueError as e:  # e.g. a corrupt or unreadable file, named by keras_vit.data
+            raise ValueError(f"calibration_data={str(source)!r} (--calibration-data): {e}") from None
     elif isinstance(source, str) and _is_tfds_name(source):
         calibration = data.from_tfds(source, split="train", **common)
         held_out = data.from_tfds(source, split="test", **common)
@@ -110,6 +108,48 @@ def load_data(source, model, max_samples=VERIFY_SAMPLES, class_names=None):
     if len(cal) == 0 or len(eval_images) == 0:
         raise ValueError(f"the data source {source!r} yielded no images")
     return cal, eval_images, eval_labels, held_out.class_names
+
+
+def _check_splittable(source):
+    """Refuses, before any image is decoded, a folder the export's fixed split cannot use, saying what it holds.
+
+    The folder is listed and split by `keras_vit.data.image_folder` (what `keras_vit.data.from_directory` uses), so
+    the counts are the pipeline's own.
+
+    Args:
+        source: str, an existing folder (`--calibration-data`).
+
+    Raises:
+        ValueError: naming `--calibration-data` and the folder, for images that lie in the folder itself (not in
+            class sub-folders), no class sub-folders, a class folder without images keras_vit reads (what it
+            holds), and a split that leaves no verification image (the count of each class). Other faults
+            (unreadable files) are left to `keras_vit.data.from_directory`.
+    """
+    from keras_vit.data.image_folder import IMAGE_EXTENSIONS, class_folders, count_images, list_image_folder, stratified_split
+
+    flag = f"calibration_data={str(source)!r} (--calibration-data)"
+    loose = sorted(f for f in os.listdir(source) if f.lower().endswith(IMAGE_EXTENSIONS))
+    if loose and count_images(source) == 0:
+        raise ValueError(
+            f"{flag}: its {len(loose)} image{'s lie' if len(loose) > 1 else ' lies'} in the folder itself; images are "
+            "read from one sub-folder per class, named as the model's classes (e.g. "
+            f"{os.path.join(str(source), '<class name>', loose[0])})")
+    if not class_folders(source):
+        raise ValueError(f"{flag}: no class sub-folders (one sub-folder per class, named as the model's classes, "
+                         f"holding its images: {', '.join(IMAGE_EXTENSIONS)})")
+    try:
+        paths, labels, names = list_image_folder(source)
+    except ValueError as e:  # a class folder without images keras_vit reads, named with what it holds
+        raise ValueError(f"{flag}: {e}") from None
+    held_out = sum(stratified_split(labels, FOLDER_SPLIT, names, source))
+    if held_out == 0 or int(FOLDER_SPLIT * len(paths)) == 0:  # keras_vit.data.from_directory's two refusals
+        counts = collections.Counter(labels)
+        each = ", ".join(f"{names[k]}: {counts[k]}" for k in sorted(counts))
+        raise ValueError(
+            f"{flag}: an image folder is split into calibration images and verification images ({FOLDER_SPLIT:.0%} of "
+            f"each class, rounded; the split is fixed), and its {len(paths)} image{'s' if len(paths) > 1 else ''} "
+            f"({each}) leave no verification image. Add images: the split needs {math.ceil(1 / FOLDER_SPLIT)} in all, "
+            f"and {math.ceil(0.5 / FOLDER_SPLIT)} in a class for one of that class to be held out")
 
 
 def _is_tfds_name(name):

@@ -43,8 +43,8 @@ FLAGS = {"opset": "--opset", "calibration_data": "--calibration-data", "overwrit
 @pytest.mark.parametrize("message,expected", [
     ("`opset` must be an int in [13, 18] (tf2onnx 1.17). Received: opset=11",
      "--opset must be an int in [13, 18] (tf2onnx 1.17). Received: --opset 11"),
-    ("calibration_data='photos/' (--calibration-data): an image folder is split 80/20",
-     "--calibration-data photos/: an image folder is split 80/20"),
+    ("calibration_data='photos/' (--calibration-data): an image folder is split into calibration images",
+     "--calibration-data photos/: an image folder is split into calibration images"),
     ("out/model.onnx exists; pass overwrite=True (--overwrite) to replace it",
      "out/model.onnx exists; pass --overwrite to replace it"),
     ("image_size (--image-size) 24,24 resizes a keras_vit ViT itself", "--image-size 24,24 resizes a keras_vit ViT itself"),

@@ -246,6 +246,21 @@ def test_a_calibration_folder_without_a_class_keeps_the_models_numbering(trained
     with pytest.raises(ValueError, match=r"the calibration data set's classes 'nine' are not among the model's own"):
         export_all(named, str(tmp_path / "foreign"), formats="saved_model", calibration_data=folder, labels=NAMES,
                    measure_latency=False)
+    # without --labels it is refused too, and the message does not send the user to --labels (which is refused above)
+    with pytest.raises(ValueError, match=r"the calibration data set has 9 \(0, 1, 2, 4, 5, \.\.\.\); 'nine' is not among "
+                                         r"the model's own classes \(0, 1, 2, 3, 4, \.\.\.\); export with a folder of the "
+                                         r"model's classes") as refused:
+        export_all(named, str(tmp_path / "foreign_no_labels"), formats="saved_model", calibration_data=folder,
+                   measure_latency=False)
+    assert "labels" not in str(refused.value)
+    # as many classes as the model, one of another name: refused, and --labels is said not to help
+    _write_folder(tmp_path / "three", images.numpy()[~keep][:20], labels.numpy()[~keep][:20])
+    os.rename(tmp_path / "three" / "3", os.path.join(folder, "three"))
+    with pytest.raises(ValueError, match=r"are not the model's own \(0, 1, 2, 3, 4, \.\.\.\), in that order: its labels "
+                                         r"would not mean the model's classes, and labels \(--labels\) would not change "
+                                         r"that. Export with a folder of the model's classes"):
+        export_all(named, str(tmp_path / "foreign_ten"), formats="saved_model", calibration_data=folder,
+                   measure_latency=False)
 
 
 def test_export_tflite_refuses_a_label_count_other_than_the_outputs(trained_vit, tmp_path):
