@@ -392,7 +392,7 @@ def run(args):
             teacher_net, teacher_metrics = _teacher.teacher_model(  # a teacher file that does not fit: refused
                 teacher, args, train, val, model, compile_fn,
                 lambda cnn: chief and atomic_write(os.path.join(out, "teacher.keras"), cnn.save))
-            trainer = Distiller(model, teacher_net, distillation=distillation, temperature=args.temperature)
+            trainer = Distiller(model, teacher_net, distillation=distillation, temperature=_teacher.temperature(args))
         # the head's activation says logits or not; a Distiller's call gives the two heads' logits
         compile_fn(trainer, total_steps, int(warmup_epochs * steps_per_epoch), args.ema_momentum,
                    from_logits=None if trainer is model else True)
@@ -405,7 +405,7 @@ def run(args):
         "parameters": int(model.count_params()),  # the student's alone
         **teacher_metrics,
         "distillation": distillation,
-        "temperature": args.temperature if distillation == "soft" else None,  # soft distillation's T
+        "temperature": _teacher.temperature(args) if distillation == "soft" else None,  # soft distillation's T
         "class_names": list(train.class_names),
         "init_from": args.init_from,
         "weights": args.weights,

@@ -83,8 +83,18 @@ def test_the_deit_distill_recipe_trains_a_cnn_teacher_first(tmp_path, caplog, ca
     (["--teacher", "cnn", "--temperature", "inf"], "--temperature must be a number in (0, 100]. Received: inf"),
     (["--teacher", "cnn", "--temperature", "nan"], "--temperature must be a number in (0, 100]. Received: nan"),
     (["--teacher", "cnn", "--temperature", "1e20"], "--temperature must be a number in (0, 100]. Received: 1e+20"),
+    # a fresh user's finding: these were silently ignored
+    (["--teacher", "t.keras", "--teacher-epochs", "5"], "--teacher-epochs 5 sets the training of --teacher cnn; "
+                                                        "--teacher t.keras is trained already: drop --teacher-epochs"),
+    (["--teacher-epochs", "5"], "--teacher-epochs 5 sets distillation, and the run has no teacher"),
+    (["--temperature", "2"], "--temperature 2 sets distillation, and the run has no teacher"),
+    (["--teacher", "cnn", "--temperature", "2"], "--temperature 2 is soft distillation's, and the run distils hard "
+                                                 "(the teacher's decisions, no temperature): add --distillation soft"),
+    (["--recipe", "deit-distill", "--temperature", "4"], "--temperature 4 is soft distillation's, and the run distils hard"),
 ])
-def test_bad_distillation_flags_exit_2_before_any_data(flags, message, tmp_path, capsys):
+def test_bad_distillation_flags_exit_2_before_any_data(flags, message, tmp_path, capsys, monkeypatch):
+    (tmp_path / "t.keras").write_bytes(b"")  # a teacher file (read only after these checks)
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_:
         train.main([*TINY, *flags, "--output-dir", str(tmp_path / "run")])
     assert exit_.value.code == 2

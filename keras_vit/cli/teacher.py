@@ -16,6 +16,8 @@ from keras_vit.training import head_gives_logits
 
 CNN = "cnn"
 CNN_MIN_SIDE = 32  # MobileNetV3Small's smallest input side: smaller images are resized up inside the teacher
+TEACHER_EPOCHS = 30  # --teacher cnn's training, as the recipes table's CNN
+DEFAULT_TEMPERATURE = 1.0  # soft distillation's T without --temperature (keras_vit.distillation.Distiller's default)
 
 
 def add_teacher_arguments(parser):
@@ -26,12 +28,15 @@ def add_teacher_arguments(parser):
                        "keras_vit.distillation): a .keras model that takes the same images and classes, or cnn: "
                        "keras.applications' MobileNetV3Small, trained here on the same data first and saved as "
                        "teacher.keras (default: none; the deit-distill recipe's is cnn)")
-    group.add_argument("--teacher-epochs", type=int, default=30,
-                       help="epochs of --teacher cnn's training (the recipes table trains its CNN 30)")
+    group.add_argument("--teacher-epochs", type=int, default=None,
+                       help=f"epochs of --teacher cnn's training (default {TEACHER_EPOCHS}, as the recipes table's "
+                       "CNN); refused with a teacher file, which is trained already")
     group.add_argument("--distillation", choices=["hard", "soft", "none"], default=None,
                        help="hard: the teacher's decisions (DeiT's default); soft: its scores at --temperature "
                        "(default: the recipe's; hard with --teacher)")
-    group.add_argument("--temperature", type=float, default=1.0, help="soft distillation's temperature T, in (0, 100]")
+    group.add_argument("--temperature", type=float, default=None,
+                       help=f"soft distillation's temperature T, in (0, {MAX_TEMPERATURE:g}] (default "
+                       f"{DEFAULT_TEMPERATURE:g}); refused with hard distillation, which has none")
     return group
 
 
@@ -44,9 +49,14 @@ def resolve(args, settings, pretrained=None):
     A --teacher without a distillation setting distils "hard"; the deit-distill recipe without --teacher takes
     `cnn`. Raises ValueError naming the flag: a teacher file that does not exist or is not .keras,
     --distillation none with --teacher, --distillation without a teacher, --teacher with --init-from or
-    --freeze-backbone, a bad --teacher-epochs or --temperature.
+    --freeze-backbone, a bad --teacher-epochs or --temperature, --teacher-epochs with a teacher file or without a
+    teacher, --temperature without soft distillation (each was silently ignored).
     """
     teacher, distillation = args.teacher, settings["distillation"]
+    if args.teacher_epochs is not None and args.teacher_epochs < 1:
+        raise ValueError(f"--teacher-epochs must be >= 1. Received: {args.teacher_epochs}")
+    if args.temperature is not None and not 0 < args.temperature <= MAX_TEMPERATURE:  # NaN fails too
+        raise ValueError(f"--temperature must be a number in (0, {MAX_TEMPERATURE:g}]. Received: {args.temperature}")
     if args.distillation == "none" and teacher is not None:
         raise ValueError(f"--distillation none turns distillation off; drop --teacher {teacher}")
     if teacher is None and distillation is not None:
@@ -55,21 +65,37 @@ def resolve(args, settings, pretrained=None):
                              "--teacher cnn")
         teacher = CNN  # the deit-distill recipe
     if teacher is None:
+        for flag, value in (("--teacher-epochs", args.teacher_epochs), ("--temperature", args.temperature)):
+            if value is not None:
+                raise ValueError(f"{flag} {value:g} sets distillation, and the run has no teacher: give --teacher "
+                                 f"MODEL.keras or --teacher cnn, or drop {flag}")
         return None, None
     distillation = distillation or "hard"
     if teacher != CNN and (not teacher.endswith(".keras") or not os.path.isfile(teacher)):
         raise ValueError(f"--teacher {teacher!r}: give an existing .keras model file, or cnn")
+    if teacher != CNN and args.teacher_epochs is not None:  # it was silently ignored
+        raise ValueError(f"--teacher-epochs {args.teacher_epochs} sets the training of --teacher cnn; --teacher "
+                         f"{teacher} is trained already: drop --teacher-epochs")
+    if distillation != "soft" and args.temperature is not None:
+        raise ValueError(f"--temperature {args.temperature:g} is soft distillation's, and the run distils {distillation} "
+                         "(the teacher's decisions, no temperature): add --distillation soft, or drop --temperature")
     for flag, value in (("--init-from", args.init_from), ("--freeze-backbone", args.freeze_backbone or None)):
         if value is not None:
             raise ValueError(f"--teacher trains a new student with a distillation token; drop {flag}")
     if pretrained is not None and not (pretrained.config or {}).get("distillation_token"):
         raise ValueError(f"--teacher trains a student with a distillation token, and --weights {args.weights} has "
                          "none: give a distilled (DeiT) checkpoint, or drop --weights")
-    if args.teacher_epochs < 1:
-        raise ValueError(f"--teacher-epochs must be >= 1. Received: {args.teacher_epochs}")
-    if not 0 < args.temperature <= MAX_TEMPERATURE:  # NaN fails too
-        raise ValueError(f"--temperature must be a number in (0, {MAX_TEMPERATURE:g}]. Received: {args.temperature}")
     return teacher, distillation
+
+
+def temperature(args):
+    """Soft distillation's temperature T of the run: --temperature, else `DEFAULT_TEMPERATURE`."""
+    return DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
+
+
+def teacher_epochs(args):
+    """--teacher cnn's epochs: --teacher-epochs, else `TEACHER_EPOCHS`."""
+    return TEACHER_EPOCHS if args.teacher_epochs is None else args.teacher_epochs
 
 
 def cnn_teacher(image_size, classes):
@@ -138,14 +164,14 @@ def teacher_model(teacher, args, train, val, student, compile_fn, write_fn):
 
     if teacher == CNN:
         model = cnn_teacher(tuple(student.input_shape[1:3]), int(student.output_shape[-1]))
-        steps = args.teacher_epochs * int(train.cardinality())
+        epochs = teacher_epochs(args)
+        steps = epochs * int(train.cardinality())
         compile_fn(model, steps, int(0.06 * steps), jit_compile=cnn_jit_compile())  # the recipe, 6% warm-up
-        print(f"--teacher cnn: training MobileNetV3Small for {args.teacher_epochs} epoch"
-              f"{'s' if args.teacher_epochs != 1 else ''} first (saved as teacher.keras)", flush=True)
-        model.fit(train, epochs=args.teacher_epochs, verbose=args.verbose, shuffle=False)
+        print(f"--teacher cnn: training MobileNetV3Small for {epochs} epoch{'s' if epochs != 1 else ''} first "
+              "(saved as teacher.keras)", flush=True)
+        model.fit(train, epochs=epochs, verbose=args.verbose, shuffle=False)
         write_fn(model)
         model.trainable = False  # frozen by the run itself: the Distiller's "it is frozen" line is for files
-        epochs = args.teacher_epochs
     else:
         if not zipfile.is_zipfile(teacher):  # Keras would say "File not found" of a file that is there
             raise ValueError(f"--teacher {teacher!r} is not a .keras file: a .keras file is a zip archive, and this "
