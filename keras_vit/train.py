@@ -393,6 +393,8 @@ def run(args):
                 teacher, args, train, val, model, compile_fn,
                 lambda cnn: chief and atomic_write(os.path.join(out, "teacher.keras"), cnn.save))
             trainer = Distiller(model, teacher_net, distillation=distillation, temperature=_teacher.temperature(args))
+            print(f"training the student ({model.name}, with a distillation token) for {args.epochs} epoch"
+                  f"{'s' if args.epochs != 1 else ''} against the teacher ({distillation} distillation)", flush=True)
         # the head's activation says logits or not; a Distiller's call gives the two heads' logits
         compile_fn(trainer, total_steps, int(warmup_epochs * steps_per_epoch), args.ema_momentum,
                    from_logits=None if trainer is model else True)

@@ -61,7 +61,10 @@ def test_the_deit_distill_recipe_trains_a_cnn_teacher_first(tmp_path, caplog, ca
         assert train.main([*flags, "--recipe", "deit-distill", "--output-dir", str(out)]) == 0
     assert not [r.getMessage() for r in caplog.records]  # the CNN the run trained is frozen by the run: no line
     printed = capsys.readouterr().out
-    assert "training MobileNetV3Small for 1 epoch first (saved as teacher.keras)" in printed
+    teacher_line = printed.index("training MobileNetV3Small for 1 epoch first (saved as teacher.keras)")
+    # a header over each model's epoch lines (a fresh user could not tell them apart)
+    assert printed.index("training the student (vit_digits, with a distillation token) for 1 epoch against the "
+                         "teacher (hard distillation)") > printed.index("the teacher's held-out accuracy") > teacher_line
     assert "(the student; the teacher before it)" in printed and "training_curve.png, teacher.keras" in printed
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["teacher"], metrics["teacher_epochs"], metrics["distillation"]) == ("cnn", 1, "hard")
