@@ -68,6 +68,18 @@ def distillation_term(dist_logits, teacher, distillation="hard", temperature=1.0
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
+class _DistillationTerm(keras.losses.Loss):
+    """`distillation_term` as a Keras loss: `(teacher logits, distillation logits)` -> the mean over the images
+    (weighted by `sample_weight`: its sum divides), scaled for distribution as Keras' own losses are."""
+
+    def __init__(self, distillation, temperature):
+        super().__init__(reduction="mean_with_sample_weight", name="distillation_term")
+        self.distillation, self.temperature = distillation, temperature
+
+    def call(self, y_true, y_pred):
+        return distillation_term(y_pred, y_true, self.distillation, self.temperature)
+
+
 class Distiller(keras.Model):
     """Trains a distilled keras_vit ViT against a frozen teacher with `fit` (DeiT; module doc).
 
@@ -147,6 +159,10 @@ class Distiller(keras.Model):
         self.student, self.teacher = student, teacher
         self.distillation, self.temperature, self.alpha = distillation, float(temperature), float(alpha)
         self.teacher_from_logits = teacher_from_logits
+        # A Keras loss, so that it is reduced as the compiled loss is: the (weighted) mean over the batch, and
+        # divided by the replicas under a tf.distribute strategy (their gradients are summed; a plain mean counted
+        # the term once per replica: 2x under MirroredStrategy over two devices)
+        self._term = _DistillationTerm(distillation, self.temperature)
         self._head = head
         self._tokens = keras.Model(student.inputs, head.input, name=f"{student.name}_tokens")
         self.built = True  # its parts are built models (fit's BackupAndRestore needs a built model)
@@ -163,12 +179,9 @@ class Distiller(keras.Model):
             teacher = x[1]
         else:
             teacher = teacher_logits(self.teacher(x, training=False), self.teacher_from_logits)
-        term = distillation_term(y_pred[:, 1], ops.stop_gradient(teacher), self.distillation, self.temperature)
         if sample_weight is not None:
-            weight = ops.cast(ops.reshape(sample_weight, (-1,)), "float32")
-            term = ops.sum(term * weight) / ops.maximum(ops.sum(weight), 1e-12)
-        else:
-            term = ops.mean(term)
+            sample_weight = ops.cast(ops.reshape(sample_weight, (-1,)), "float32")
+        term = self._term(ops.stop_gradient(teacher), y_pred[:, 1], sample_weight=sample_weight)
         return (1.0 - self.alpha) * base + self.alpha * term
 
     # TensorFlow with XLA: the frozen teacher runs before the XLA-compiled student step, not inside it. On CPUs

@@ -161,6 +161,14 @@ def test_the_loss_mixes_the_label_term_and_the_teacher_term():
     p, q = _np_log_softmax(teacher_log / 2.0), _np_log_softmax(both[:, 1] / 2.0)
     teacher_term = (4.0 * (np.exp(p) * (p - q)).sum(1)).mean()
     np.testing.assert_allclose(loss, 0.7 * label_term + 0.3 * teacher_term, rtol=1e-5)
+    # with sample weights: the compiled label loss divides by the batch, the teacher term by the weights' sum
+    w = np.array([1.0, 0.0, 2.0, 1.0], "float32")
+    weighted = float(keras.ops.convert_to_numpy(distiller.compute_loss(x, y, distiller(x), sample_weight=w,
+                                                                       training=False)))
+    label_terms = -(smoothed * _np_log_softmax(both[:, 0])).sum(1)
+    teacher_terms = 4.0 * (np.exp(p) * (p - q)).sum(1)
+    np.testing.assert_allclose(weighted, 0.7 * (w * label_terms).sum() / 4 + 0.3 * (w * teacher_terms).sum() / w.sum(),
+                               rtol=1e-5)
     # the student's own output (what is saved and exported) is the softmax of the two heads' mean
     np.testing.assert_allclose(keras.ops.convert_to_numpy(student(x)), np.exp(_np_log_softmax(both.mean(1))),
                                atol=1e-6)

@@ -137,19 +137,27 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 import keras, numpy as np
 import keras_vit
 from keras_vit import data, distribute, training
-results = {}
-for name in sys.argv[1:]:  # each from the same seed, in this one process of two logical CPUs
+from keras_vit.distillation import Distiller
+results, distil = {}, "--distil" in sys.argv
+for name in [a for a in sys.argv[1:] if a != "--distil"]:  # each from the same seed, in one process of two CPUs
     keras.utils.set_random_seed(0)
     strategy = distribute.get_strategy(name, devices=["/cpu:0", "/cpu:1"] if name == "mirrored" else None)
     train = distribute.shard(data.digits("train", image_size=16, batch_size=64, shuffle=False))
     with strategy.scope():
         model = keras_vit.VisionTransformer(patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
-                                            input_shape=(16, 16, 3), classes=10, classifier_activation=None)
+                                            input_shape=(16, 16, 3), classes=10, classifier_activation=None,
+                                            distillation_token=distil)
+        trained = model
+        if distil:  # DeiT's hard distillation: the frozen teacher runs inside each replica's step
+            teacher = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Flatten(), keras.layers.Dense(10)],
+                                       name="teacher")
+            trained = Distiller(model, teacher)
         # XLA cannot compile a replica step whose variables sit on another logical CPU device (docs/traps.md).
-        training.compile_model(model, total_steps=3 * int(train.cardinality()), learning_rate=3e-3, jit_compile=False)
-    history = model.fit(train, epochs=3, verbose=0, shuffle=False)
+        training.compile_model(trained, total_steps=3 * int(train.cardinality()), learning_rate=3e-3,
+                               jit_compile=False, **({"from_logits": True} if distil else {}))
+    history = trained.fit(train, epochs=3, verbose=0, shuffle=False)
     results[name] = {"loss": history.history["loss"], "replicas": strategy.num_replicas_in_sync,
-                     "jit": bool(model.jit_compile), "cpu_only": distribute.cpu_only(strategy),
+                     "jit": bool(trained.jit_compile), "cpu_only": distribute.cpu_only(strategy),
                      "collectives": distribute.needs_cpu_collectives(strategy),
                      "auto": distribute.choose_xla("auto", strategy, "float32")[0]}
 print("RESULT", json.dumps(results))
@@ -172,6 +180,19 @@ def test_mirrored_over_two_cpus_follows_the_one_device_loss_curve():
     assert runs["default"]["replicas"] == 1 and runs["mirrored"]["replicas"] == 2
     assert runs["mirrored"]["cpu_only"] and runs["mirrored"]["collectives"] and not runs["mirrored"]["auto"]
     assert runs["default"]["cpu_only"] and not runs["default"]["collectives"] and runs["default"]["auto"]
+    assert runs["default"]["loss"][-1] < runs["default"]["loss"][0]  # it learns
+    np.testing.assert_allclose(runs["mirrored"]["loss"], runs["default"]["loss"], rtol=2e-3)
+
+
+@pytest.mark.slow
+def test_distillation_under_mirrored_over_two_cpus_follows_the_one_device_loss_curve():
+    """Issue 46: `Distiller` under MirroredStrategy (the teacher inside each replica's step; apart from it only on one
+    device with XLA) gives the one-device run's losses, as the plain ViT does above."""
+    r = subprocess.run([sys.executable, "-c", MIRRORED, "default", "mirrored", "--distil"], capture_output=True,
+                       text=True, timeout=600, env=ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = _result(r.stdout)
+    assert runs["mirrored"]["replicas"] == 2 and not runs["mirrored"]["jit"]
     assert runs["default"]["loss"][-1] < runs["default"]["loss"][0]  # it learns
     np.testing.assert_allclose(runs["mirrored"]["loss"], runs["default"]["loss"], rtol=2e-3)
 
