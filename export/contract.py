@@ -10,6 +10,7 @@ the wrong range (issue: a model that takes raw pixels, fed [-1, 1], is at
 chance and so are its files, which then all agree with it).
 """
 
+import math
 import os
 
 import numpy as np
@@ -236,15 +237,25 @@ def read_labels_file(path):
     return lines
 
 
+def _beyond_guessing(correct, n, chance):
+    """True when `correct` of `n` right is beyond a guess of accuracy `chance` at three standard deviations' level:
+    the one-sided binomial tail P(X >= correct) is at most 0.00135."""
+    tail = sum(math.comb(n, k) * chance ** k * (1 - chance) ** (n - k) for k in range(correct, n + 1))
+    return tail <= 0.00135
+
+
 def check_keras_accuracy(graph, images, labels):
     """Checks that the Keras model itself decides the labelled verification images; returns warnings (a list).
 
     A model fed images in the wrong range (one that takes raw pixels, given
     [-1, 1]) is near chance, and so are its files: every file then agrees
     with a model that is wrong, and passes. When the model's accuracy on
-    the images is near chance (less than chance + 3 standard deviations of
-    a guess's accuracy, and at least 5 points), it is measured again with
-    the images in each other range of `export.input_range.RANGES`.
+    the images is near chance (not beyond a guess's at three standard
+    deviations' level by the binomial tail, `_beyond_guessing`, or less than
+    5 points above it), it is measured again with the images in each other
+    range of `export.input_range.RANGES`. Too few images to tell any model
+    from a guess (4 of 3 classes: a guess gets all 4 right 1.2% of the
+    time) give a warning that says so.
 
     Args:
         graph: the `export.signature.ServingGraph`.
@@ -263,13 +274,19 @@ def check_keras_accuracy(graph, images, labels):
         return []
     from export.scores import decision_scores
     labels = np.asarray(labels).reshape(-1)
-    chance = 1.0 / max(graph.classes, 2)
-    bar = chance + max(0.05, 3.0 * np.sqrt(chance * (1 - chance) / len(labels)))
+    chance, n = 1.0 / max(graph.classes, 2), len(labels)
+    above = lambda a: a >= chance + 0.05 and _beyond_guessing(round(a * n), n, chance)  # noqa: E731
     raw = "logits" if graph.activation or graph.score_kind == "logits" else graph.score_kind  # what predict gives
     decide = lambda x: decision_scores(graph.predict(x, activation=False), raw).argmax(-1)  # noqa: E731
     accuracy = float((decide(images) == labels).mean())
-    if accuracy >= bar:
+    if above(accuracy):
         return []
+    if not _beyond_guessing(n, n, chance):  # even every image right could be a guess's luck
+        warning = (f"WARNING: {n} labelled verification image{'s' if n > 1 else ''} cannot tell the Keras model from "
+                   f"a guess (it is {accuracy:.1%} accurate, chance {chance:.1%}): verify on more images (a larger "
+                   "--calibration-data folder)")
+        print(warning, flush=True)
+        return [warning]
     tried = {}
     for name, other in RANGES.items():
         if other != tuple(graph.model_range):
@@ -277,7 +294,7 @@ def check_keras_accuracy(graph, images, labels):
             tried[name] = float((decide(x) == labels).mean())
     best = max(tried, key=tried.get)
     fed = f"fed images in {describe(graph.model_range)} ({graph.range_source})"
-    if tried[best] >= max(bar, chance + 0.2, accuracy + 0.2):
+    if above(tried[best]) and tried[best] >= max(chance + 0.2, accuracy + 0.2):
         raise VerificationError(
             f"the Keras model itself is only {accuracy:.1%} accurate on the {len(labels)} labelled verification images "
             f"(chance {chance:.1%}) {fed}, and {tried[best]:.1%} fed {describe(RANGES[best])}: it takes that range. "

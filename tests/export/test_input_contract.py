@@ -180,6 +180,32 @@ def test_untrained_model_warns_loudly(tmp_path, capsys):
     assert "no other input range does better" in report["warnings"][0]
 
 
+@pytest.mark.parametrize("n,chance", [(4, 1 / 3), (2, 0.1), (3, 0.1), (29, 0.1), (512, 0.1), (360, 0.5)])
+def test_beyond_guessing_is_the_binomial_tail_at_three_sigmas(n, chance):
+    from scipy.stats import binom
+
+    from export.contract import _beyond_guessing
+
+    for correct in range(n + 1):
+        assert _beyond_guessing(correct, n, chance) == (binom.sf(correct - 1, n, chance) <= 0.00135), correct
+
+
+def test_too_few_verification_images_say_so_not_that_an_accurate_model_is_near_chance(trained_vit, tmp_path, capsys):
+    """A fresh user's finding: 4 verification images gave "the Keras model itself is only 100.0% accurate" (the
+    bar, chance + 3 standard deviations, was over 100%). Two images (a folder of two classes of three) cannot tell
+    any model from a guess: said so."""
+    images, labels = next(iter(_pixel_digits("validation", batch_size=60)))
+    keep = np.concatenate([np.flatnonzero(labels.numpy() == digit)[:3] for digit in (0, 1)])
+    folder = _write_folder(tmp_path / "two_classes", images.numpy()[keep], labels.numpy()[keep])
+    report = export_all(_trained_copy(trained_vit, class_names=NAMES), str(tmp_path / "out"), formats="saved_model",
+                        calibration_data=folder, measure_latency=False)
+    assert report["num_verification_images"] == 2
+    (warning,) = report["warnings"]
+    assert warning.startswith("WARNING: 2 labelled verification images cannot tell the Keras model from a guess (it "
+                              "is ") and "verify on more images" in warning and "only" not in warning
+    assert warning in capsys.readouterr().out
+
+
 def test_class_names_travel_from_the_model(trained_vit, tmp_path, capsys):
     names = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
     report = export_all(_trained_copy(trained_vit, class_names=names), str(tmp_path / "named"), formats="tflite",
