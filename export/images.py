@@ -142,14 +142,17 @@ def _check_splittable(source):
     except ValueError as e:  # a class folder without images keras_vit reads, named with what it holds
         raise ValueError(f"{flag}: {e}") from None
     held_out = sum(stratified_split(labels, FOLDER_SPLIT, names, source))
-    if held_out == 0 or int(FOLDER_SPLIT * len(paths)) == 0:  # keras_vit.data.from_directory's two refusals
+    least = math.ceil(1 / FOLDER_SPLIT)  # keras_vit.data.from_directory's refusal of a split of the whole
+    if held_out == 0 or len(paths) < least:
         counts = collections.Counter(labels)
         each = ", ".join(f"{names[k]}: {counts[k]}" for k in sorted(counts))
+        why = (f"the split needs {least} images in all" if held_out else
+               f"no class has the {math.ceil(0.5 / FOLDER_SPLIT)} images that hold one out")
         raise ValueError(
             f"{flag}: an image folder is split into calibration images and verification images ({FOLDER_SPLIT:.0%} of "
             f"each class, rounded; the split is fixed), and its {len(paths)} image{'s' if len(paths) > 1 else ''} "
-            f"({each}) leave no verification image. Add images: the split needs {math.ceil(1 / FOLDER_SPLIT)} in all, "
-            f"and {math.ceil(0.5 / FOLDER_SPLIT)} in a class for one of that class to be held out")
+            f"({each}) cannot be: {why}. Add images: {least} in all, and {math.ceil(0.5 / FOLDER_SPLIT)} in a class for "
+            "one of that class to be verified")
 
 
 def _is_tfds_name(name):

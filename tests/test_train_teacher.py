@@ -89,8 +89,11 @@ def test_the_deit_distill_recipe_trains_a_cnn_teacher_first(tmp_path, caplog, ca
     # a fresh user's finding: these were silently ignored
     (["--teacher", "t.keras", "--teacher-epochs", "5"], "--teacher-epochs 5 sets the training of --teacher cnn; "
                                                         "--teacher t.keras is trained already: drop --teacher-epochs"),
-    (["--teacher-epochs", "5"], "--teacher-epochs 5 sets distillation, and the run has no teacher"),
-    (["--temperature", "2"], "--temperature 2 sets distillation, and the run has no teacher"),
+    # the advice is what runs (a fresh user's finding: each led to another refusal)
+    (["--teacher-epochs", "5"], "--teacher-epochs 5 sets distillation, and the run has no teacher: give --teacher cnn, "
+                                "or drop --teacher-epochs"),
+    (["--temperature", "2"], "--temperature 2 sets distillation, and the run has no teacher: give --teacher "
+                             "MODEL.keras or --teacher cnn, with --distillation soft, or drop --temperature"),
     (["--teacher", "cnn", "--temperature", "2"], "--temperature 2 is soft distillation's, and the run distils hard "
                                                  "(the teacher's decisions, no temperature): add --distillation soft"),
     (["--recipe", "deit-distill", "--temperature", "4"], "--temperature 4 is soft distillation's, and the run distils hard"),

@@ -65,10 +65,12 @@ def resolve(args, settings, pretrained=None):
                              "--teacher cnn")
         teacher = CNN  # the deit-distill recipe
     if teacher is None:
-        for flag, value in (("--teacher-epochs", args.teacher_epochs), ("--temperature", args.temperature)):
+        for flag, value, needs in (("--teacher-epochs", args.teacher_epochs, "--teacher cnn"),
+                                   ("--temperature", args.temperature,
+                                    "--teacher MODEL.keras or --teacher cnn, with --distillation soft")):
             if value is not None:
-                raise ValueError(f"{flag} {value:g} sets distillation, and the run has no teacher: give --teacher "
-                                 f"MODEL.keras or --teacher cnn, or drop {flag}")
+                raise ValueError(f"{flag} {value:g} sets distillation, and the run has no teacher: give {needs}, or "
+                                 f"drop {flag}")
         return None, None
     distillation = distillation or "hard"
     if teacher != CNN and (not teacher.endswith(".keras") or not os.path.isfile(teacher)):

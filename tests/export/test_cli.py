@@ -122,9 +122,12 @@ def _plain_keras_file(tmp_path):
         (lambda m, t: [m, "--calibration-data", str(t / "junk_images")], "(10 bytes) cannot be read: Unknown image file format"),
         # the export's split is fixed (no validation_split to change): the counts, and how many images it needs
         (lambda m, t: [m, "--calibration-data", str(t / "one_image")],
-         "and its 1 image (a: 1) leave no verification image. Add images: the split needs 5 in all, and 3 in a class"),
+         "and its 1 image (a: 1) cannot be: no class has the 3 images that hold one out. Add images: 5 in all, and 3 "
+         "in a class for one of that class to be verified"),
         (lambda m, t: [m, "--calibration-data", str(t / "two_each")],
-         "and its 4 images (a: 2, b: 2) leave no verification image"),
+         "and its 4 images (a: 2, b: 2) cannot be: no class has the 3 images that hold one out"),
+        (lambda m, t: [m, "--calibration-data", str(t / "four_in_one")],  # one would be held out: the total is short
+         "and its 4 images (a: 4) cannot be: the split needs 5 images in all. Add images"),
         (lambda m, t: [str(t)], "is a folder: give the model's .keras file"),  # a fresh-user review (issue 44)
     ],
 )
@@ -136,7 +139,8 @@ def test_bad_input_exits_2_with_message_and_writes_nothing(trained_vit, tmp_path
     (tmp_path / "one_image" / "a").mkdir(parents=True)
     keras.utils.save_img(str(tmp_path / "one_image" / "a" / "0.png"), np.zeros((8, 8, 3), "uint8"))
     for name in ("loose/0.png", "loose/1.png", "loose/2.png", "loose/3.png", "loose/4.png", "loose/5.png",
-                 "two_each/a/0.png", "two_each/a/1.png", "two_each/b/0.png", "two_each/b/1.png"):
+                 "two_each/a/0.png", "two_each/a/1.png", "two_each/b/0.png", "two_each/b/1.png",
+                 *(f"four_in_one/a/{i}.png" for i in range(4))):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         keras.utils.save_img(str(tmp_path / name), np.zeros((8, 8, 3), "uint8"))
     out = tmp_path / "export"
