@@ -439,14 +439,21 @@ def main(argv=None):
         return _main(argv)
 
 
+def _teacher_time(metrics):
+    """The summary's note on a CNN teacher trained by the run: its time is not in the student's."""
+    seconds = metrics.get("teacher_train_seconds")
+    return "" if seconds is None else f" (the student; the teacher's {seconds:.0f} s before it)"
+
+
 def _main(argv):
     require_tensorflow("keras-vit-train")
 
     def summary(args, metrics):
         return (
-            f"held-out accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}, "
+            f"held-out accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}"
+            f"{' (the label and distillation terms)' if metrics.get('teacher') else ''}, "
             f"{metrics['images_per_second']:.0f} images/s; training took {metrics['train_wall_time_s']:.0f} s"
-            f"{' (the student; the teacher before it)' if metrics.get('teacher_epochs') else ''}; "
+            f"{_teacher_time(metrics)}; "
             f"wrote {args.output_dir}/model.keras, metrics.json, history.json, training_curve.png"
             f"{', teacher.keras' if metrics.get('teacher_epochs') else ''}"
         )

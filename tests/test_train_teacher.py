@@ -65,8 +65,12 @@ def test_the_deit_distill_recipe_trains_a_cnn_teacher_first(tmp_path, caplog, ca
     # a header over each model's epoch lines (a fresh user could not tell them apart)
     assert printed.index("training the student (vit_digits, with a distillation token) for 1 epoch against the "
                          "teacher (hard distillation)") > printed.index("the teacher's held-out accuracy") > teacher_line
-    assert "(the student; the teacher before it)" in printed and "training_curve.png, teacher.keras" in printed
+    assert "training_curve.png, teacher.keras" in printed
     metrics = json.loads((out / "metrics.json").read_text())
+    seconds = metrics["teacher_train_seconds"]
+    assert 0 < seconds and f"--teacher cnn: trained in {seconds:.0f} s" in printed
+    assert "(the label and distillation terms)" in printed
+    assert f"(the student; the teacher's {seconds:.0f} s before it)" in printed
     assert (metrics["teacher"], metrics["teacher_epochs"], metrics["distillation"]) == ("cnn", 1, "hard")
     assert metrics["temperature"] is None  # hard distillation has none
     assert metrics["recipe_settings"]["mixup_alpha"] == 0.2 and metrics["recipe_settings"]["label_smoothing"] == 0.1

@@ -9,6 +9,7 @@ metrics.json records the teacher and its own held-out accuracy.
 """
 
 import os
+import time
 import zipfile
 
 from keras_vit.distillation import MAX_TEMPERATURE, check_teacher
@@ -154,7 +155,9 @@ def teacher_model(teacher, args, train, val, student, compile_fn, write_fn):
 
     Returns:
         `(model, {"teacher": "cnn" or the file's absolute path, "teacher_accuracy": held-out accuracy,
-        "teacher_epochs": the CNN's epochs or None})`; the model is frozen (`trainable=False`).
+        "teacher_epochs": the CNN's epochs or None, "teacher_train_seconds": its model.fit's wall time or
+        None})`; the model is frozen (`trainable=False`). The CNN's epochs are validated on `val` (their lines show
+        its held-out accuracy).
 
     Raises:
         ValueError: a teacher file that does not load, or whose input or classes do not fit
@@ -171,7 +174,10 @@ def teacher_model(teacher, args, train, val, student, compile_fn, write_fn):
         compile_fn(model, steps, int(0.06 * steps), jit_compile=cnn_jit_compile())  # the recipe, 6% warm-up
         print(f"--teacher cnn: training MobileNetV3Small for {epochs} epoch{'s' if epochs != 1 else ''} first "
               "(saved as teacher.keras)", flush=True)
-        model.fit(train, epochs=epochs, verbose=args.verbose, shuffle=False)
+        started = time.perf_counter()
+        model.fit(train, validation_data=val, epochs=epochs, verbose=args.verbose, shuffle=False)
+        seconds = time.perf_counter() - started
+        print(f"--teacher cnn: trained in {seconds:.0f} s", flush=True)
         write_fn(model)
         model.trainable = False  # frozen by the run itself: the Distiller's "it is frozen" line is for files
     else:
@@ -182,7 +188,7 @@ def teacher_model(teacher, args, train, val, student, compile_fn, write_fn):
             model = keras.saving.load_model(teacher)
         except Exception as e:  # a zip that is no Keras model, or one saved with layers not registered here
             raise ValueError(f"--teacher {teacher!r} could not be loaded: {type(e).__name__}: {str(e)[:200]}") from None
-        epochs = None
+        epochs = seconds = None
         try:
             check_teacher(student, model)
             # the command line has no teacher_from_logits: the teacher's last layer has to say
@@ -198,4 +204,5 @@ def teacher_model(teacher, args, train, val, student, compile_fn, write_fn):
     if found < 2.0 / classes:  # under twice chance: its decisions teach the student little but noise
         print(f"WARNING: the teacher is near chance ({found:.1%}; chance {1 / classes:.1%}): "
               f"{'train it longer (--teacher-epochs)' if epochs else 'give a trained teacher'}", flush=True)
-    return model, {"teacher": teacher, "teacher_accuracy": found, "teacher_epochs": epochs}
+    return model, {"teacher": teacher, "teacher_accuracy": found, "teacher_epochs": epochs,
+                   "teacher_train_seconds": seconds}
