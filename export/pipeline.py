@@ -312,6 +312,14 @@ def _export_verified(graph, plan):
         print(f"the model holds no class names: labels.txt and the .tflite files name its {graph.classes} classes "
               f"0..{graph.classes - 1} (pass --labels FILE, or train with keras-vit-train, which stores them)", flush=True)
     warnings = check_keras_accuracy(graph, eval_images, eval_labels)
+    absent = [] if eval_labels is None or classless else \
+        [str(label_names[k]) for k in sorted(set(range(graph.classes)) - set(np.asarray(eval_labels).reshape(-1).tolist()))]
+    if absent:  # a folder that lacks a class (a fresh user's finding: it passed without a word)
+        warnings.append(f"the {len(eval_labels)} verification images hold no image of class"
+                        f"{'es' if len(absent) > 1 else ''} {', '.join(map(repr, absent[:10]))}"
+                        f"{', ...' if len(absent) > 10 else ''} ({len(absent)} of the model's {graph.classes}): "
+                        f"the files' decisions on {'them' if len(absent) > 1 else 'it'} are not verified")
+        print(warnings[-1], flush=True)
     if graph.range_source.startswith(UNREAD):
         warnings.insert(0, f"the range the model takes is {graph.range_source}")
     calibration = scale(calibration, UNIT, graph.input_range)  # as the artifacts take them (raw pixels, ...)

@@ -200,7 +200,9 @@ def test_too_few_verification_images_say_so_not_that_an_accurate_model_is_near_c
     report = export_all(_trained_copy(trained_vit, class_names=NAMES), str(tmp_path / "out"), formats="saved_model",
                         calibration_data=folder, measure_latency=False)
     assert report["num_verification_images"] == 2
-    (warning,) = report["warnings"]
+    warning, absent = report["warnings"]
+    assert absent == ("the 2 verification images hold no image of classes '2', '3', '4', '5', '6', '7', '8', '9' (8 of "
+                      "the model's 10): the files' decisions on them are not verified")
     assert warning.startswith("WARNING: 2 labelled verification images cannot tell the Keras model from a guess (it "
                               "is ") and "verify on more images" in warning and "only" not in warning
     assert warning in capsys.readouterr().out
@@ -266,6 +268,9 @@ def test_a_calibration_folder_without_a_class_keeps_the_models_numbering(trained
                             calibration_data=folder, labels=given, measure_latency=False, mediapipe=False)
         row = report["artifacts"][0]
         assert report["labels"] == (given or NAMES) and row["passed"] and row["keras_accuracy"] >= 0.8, row
+        assert report["warnings"] == [f"the {report['num_verification_images']} verification images hold no image of "
+                                      f"class {(given or NAMES)[3]!r} (1 of the model's 10): the files' decisions on it "
+                                      "are not verified"]
         assert row["accuracy"] == row["keras_accuracy"]
     # a folder with a class the model does not have is refused, even with --labels naming the model's classes
     os.rename(os.path.join(folder, "9"), os.path.join(folder, "nine"))
