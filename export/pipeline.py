@@ -384,6 +384,9 @@ def _export_verified(graph, plan):
             apps = " and ".join(["MediaPipe"] * plan.mediapipe + ["the --web page"] * plan.web_check)
             print(f"opening the {len(files)} verification files as {apps} does ...", flush=True)
             app_files = check_app_files(graph, results, files, eval_images, web=plan.web_check, mediapipe=plan.mediapipe)
+        for row in results:  # keyed by the names the files carry (a fresh user could not tell that "0" meant "one")
+            if label_names is not None and row.get("per_class_agreement"):
+                row["per_class_agreement"] = {str(label_names[int(c)]): v for c, v in row["per_class_agreement"].items()}
         calibration_warnings, diagnosis = check_calibrated_files(
             results, artifacts, make, graph, calibration[:DEFAULT_CALIBRATION_STEPS], plan.calibration_data, eval_images)
         warnings.extend(calibration_warnings)

@@ -272,6 +272,9 @@ def test_a_calibration_folder_without_a_class_keeps_the_models_numbering(trained
                                       f"class {(given or NAMES)[3]!r} (1 of the model's 10): the files' decisions on it "
                                       "are not verified"]
         assert row["accuracy"] == row["keras_accuracy"]
+        per_class = row["per_class_agreement"]  # by the names the files carry, over Keras' decisions
+        assert set(per_class) <= set(given or NAMES) and len(per_class) >= 8
+        assert sum(n for n, _ in per_class.values()) == report["num_verification_images"]
     # a folder with a class the model does not have is refused, even with --labels naming the model's classes
     os.rename(os.path.join(folder, "9"), os.path.join(folder, "nine"))
     with pytest.raises(ValueError, match=r"the calibration data set's classes 'nine' are not among the model's own"):
