@@ -137,8 +137,10 @@ def format_contracts(report):
     return "\n".join(rows)
 
 
-def label_names(labels, class_names, classes, model_names=None):
+def label_names(labels, class_names, classes, model_names=None, data_name=None):
     """`(names, source)`: the labels the files carry, and where they came from.
+
+    `data_name`: the calibration data as given (`--calibration-data`), named in the messages about its classes.
 
     `source` is "given" (`labels`), "model" (the head's class names),
     "data" (the calibration data set's) or "numbers" ("0".."n-1"). A
@@ -154,6 +156,7 @@ def label_names(labels, class_names, classes, model_names=None):
             with other names than the model's own are taken, printed as a
             warning, and `source` says so (the report's `labels_source`).
     """
+    data = "the calibration data set" if data_name is None else f"calibration_data={str(data_name)!r} (--calibration-data)"
     if classes == 1 and class_names is not None and len(class_names) == 2:
         class_names = list(class_names[1:])  # a binary classifier's one output: label 1 of a two-class folder
     if labels is None:
@@ -167,12 +170,12 @@ def label_names(labels, class_names, classes, model_names=None):
                           f"({', '.join(map(str, model_names[:5]))}{', ...' if len(model_names) > 5 else ''}); "
                           "export with a folder of the model's classes (one sub-folder each, named as in training)")
             raise ValueError(
-                f"the model has {_classes(classes)} but the calibration data set has {len(class_names)} "
+                f"the model has {_classes(classes)} but {data} has {len(class_names)} "
                 f"({', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''}); {advice}"
             )
         if model_names is not None and class_names is not None and list(class_names) != list(model_names):
             raise ValueError(
-                f"the calibration data set's classes ({', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''}) "
+                f"the classes ({', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''}) of {data} "
                 f"are not the model's own ({', '.join(model_names[:5])}{', ...' if len(model_names) > 5 else ''}), in "
                 "that order: its labels would not mean the model's classes, and labels (--labels) would not change "
                 "that. Export with a folder of the model's classes (one sub-folder each, named as in training)"
@@ -193,7 +196,7 @@ def label_names(labels, class_names, classes, model_names=None):
         str(name) for name in class_names if str(name) not in map(str, model_names)]
     if foreign:  # the folder's classes must be the model's, whatever names the files are to carry
         raise ValueError(
-            f"the calibration data set's classes {', '.join(map(repr, foreign[:5]))} are not among the model's own "
+            f"the classes {', '.join(map(repr, foreign[:5]))} of {data} are not among the model's own "
             f"({', '.join(map(str, model_names[:5]))}{', ...' if len(model_names) > 5 else ''}): its labels would not "
             "mean the model's classes, whatever --labels names them. Export with a folder of the model's classes")
     for other, what in ((model_names, "the model's own class names"), (class_names, "the calibration data's classes")):

@@ -307,7 +307,8 @@ def _export_verified(graph, plan):
         if plan.mediapipe and "tflite" in plan.formats:
             print(f"MediaPipe ImageClassifier check {MEDIAPIPE_TOKENS if tokens else MEDIAPIPE_FEATURES}", flush=True)
     else:
-        label_names, label_source = _label_names(plan.labels, class_names, graph.classes, graph.class_names)
+        label_names, label_source = _label_names(plan.labels, class_names, graph.classes, graph.class_names,
+                                                 data_name=plan.calibration_data if isinstance(plan.calibration_data, str) else None)
     if label_source == "numbers":
         print(f"the model holds no class names: labels.txt and the .tflite files name its {graph.classes} classes "
               f"0..{graph.classes - 1} (pass --labels FILE, or train with keras-vit-train, which stores them)", flush=True)

@@ -213,7 +213,7 @@ def test_class_count_mismatch_names_the_data(tmp_path, capsys):
     model.save(tmp_path / "three.keras")
     with pytest.raises(SystemExit):
         cli.main([str(tmp_path / "three.keras"), "--formats", "onnx", "--calibration-data", "digits", "--output-dir", str(tmp_path / "o")])
-    assert "the model has 3 classes but the calibration data set has 10 (0, 1, 2, 3, 4, ...)" in capsys.readouterr().err
+    assert "the model has 3 classes but --calibration-data digits has 10 (0, 1, 2, 3, 4, ...)" in capsys.readouterr().err
 
 
 def test_artifacts_get_umask_permissions(trained_vit, tmp_path):

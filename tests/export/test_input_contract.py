@@ -219,8 +219,8 @@ def test_class_names_travel_from_the_model(trained_vit, tmp_path, capsys):
     report = export_all(trained_vit[0], str(tmp_path / "numbers"), formats="saved_model", measure_latency=False)
     assert report["labels_source"] == "numbers"
     assert "the model holds no class names: labels.txt and the .tflite files name its 10 classes 0..9" in capsys.readouterr().out
-    with pytest.raises(ValueError, match=r"the calibration data set's classes \(0, 1, 2, 3, 4, \.\.\.\) are not the "
-                                         r"model's own \(zero, one, two, three, four, \.\.\.\)"):
+    with pytest.raises(ValueError, match=r"the classes \(0, 1, 2, 3, 4, \.\.\.\) of calibration_data='digits' "
+                                         r"\(--calibration-data\) are not the model's own \(zero, one, two, three, four, \.\.\.\)"):
         export_all(_trained_copy(trained_vit, class_names=names), str(tmp_path / "mismatch"), formats="saved_model",
                    calibration_data="digits", measure_latency=False)
 
@@ -277,11 +277,13 @@ def test_a_calibration_folder_without_a_class_keeps_the_models_numbering(trained
         assert sum(n for n, _ in per_class.values()) == report["num_verification_images"]
     # a folder with a class the model does not have is refused, even with --labels naming the model's classes
     os.rename(os.path.join(folder, "9"), os.path.join(folder, "nine"))
-    with pytest.raises(ValueError, match=r"the calibration data set's classes 'nine' are not among the model's own"):
+    with pytest.raises(ValueError, match=r"the classes 'nine' of calibration_data='[^']*no_three' \(--calibration-data\) are not "
+                                         r"among the model's own"):
         export_all(named, str(tmp_path / "foreign"), formats="saved_model", calibration_data=folder, labels=NAMES,
                    measure_latency=False)
     # without --labels it is refused too, and the message does not send the user to --labels (which is refused above)
-    with pytest.raises(ValueError, match=r"the calibration data set has 9 \(0, 1, 2, 4, 5, \.\.\.\); 'nine' is not among "
+    with pytest.raises(ValueError, match=r"but calibration_data='[^']*no_three' \(--calibration-data\) has 9 \(0, 1, 2, 4, 5, \.\.\.\); "
+                                         r"'nine' is not among "
                                          r"the model's own classes \(0, 1, 2, 3, 4, \.\.\.\); export with a folder of the "
                                          r"model's classes") as refused:
         export_all(named, str(tmp_path / "foreign_no_labels"), formats="saved_model", calibration_data=folder,
