@@ -197,6 +197,16 @@ def test_corrupt_or_unreadable_files_are_named_before_the_pipeline_runs(tmp_path
     cut.unlink()
     for name in ("empty.jpg", "notes.jpg"):
         (tmp_path / "photos" / "china" / name).unlink()
+    # a subset's bad file is named with every other bad file of the folder, the other subset's too
+    (tmp_path / "photos" / "china" / "notes.jpg").write_bytes(b"not a jpeg")
+    named = []
+    for subset in ("training", "validation"):
+        with pytest.raises(ValueError) as error:
+            data.from_directory(tmp_path / "photos", image_size=16, validation_split=0.5, subset=subset, seed=0)
+        named.append(str(error.value))
+    for message in named:
+        assert "(1 more file fails too: " in message and "notes.jpg" in message and "gone.png" in message, message
+    (tmp_path / "photos" / "china" / "notes.jpg").unlink()
     # the validation subset is checked too, and a good folder passes
     with pytest.raises(ValueError, match="gone.png' \\(unreadable: No such file or directory\\) cannot be read"):
         for subset in ("training", "validation"):

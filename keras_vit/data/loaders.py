@@ -315,7 +315,9 @@ def from_directory(
     own decoder (`keras_vit.data.image_files.check_decodable`; about 0.3 ms a
     small file on a 2-core CPU: 0.66 s for 2,000 PNGs of 32x32 px), so that
     an empty, cut-short, unreadable or non-image file is refused here,
-    named by its path, rather than failing the first training step.
+    named by its path, rather than failing the first training step. When
+    one fails with `validation_split`, the other subset's files are checked
+    too, so that the message counts every bad file of the folder.
 
     Args:
         directory: path of the folder, e.g. `photos/` with `photos/cat/*.jpg`
@@ -405,7 +407,16 @@ def from_directory(
     any_gif = max(gif_flags, default=-1) >= 0
 
     decode = file_decoder(any_gif, exif_orientation, max_pixels)  # traced once a process (each setting)
-    check_decodable(paths, gif_flags, decode)
+    try:
+        check_decodable(paths, gif_flags, decode)
+    except ValueError:
+        if not validation_split:
+            raise
+        # the other subset's files too, so that one message names every bad file of the folder (a fresh user fixed
+        # the files named, and the rerun named another)
+        every = list_image_folder(directory, class_names=class_names)[0]
+        check_decodable(every, [check_image_file(path) for path in every], decode)
+        raise
     mixing = _pipeline.augmentations(rand_augment, random_erasing, mixup_alpha, cutmix_alpha, class_names)
     ds = _pipeline.finish(files, image_size, channels, batch_size, shuffle, augment, seed, class_names, len(paths), decode,
                  **mixing)
