@@ -313,7 +313,7 @@ def _export_verified(graph, plan):
         print(f"the model holds no class names: labels.txt and the .tflite files name its {graph.classes} classes "
               f"0..{graph.classes - 1} (pass --labels FILE, or train with keras-vit-train, which stores them)", flush=True)
     warnings = check_keras_accuracy(graph, eval_images, eval_labels)
-    absent = [] if eval_labels is None or classless else \
+    absent = [] if eval_labels is None or classless or graph.classes == 1 else \
         [str(label_names[k]) for k in sorted(set(range(graph.classes)) - set(np.asarray(eval_labels).reshape(-1).tolist()))]
     if absent:  # a folder that lacks a class (a fresh user's finding: it passed without a word)
         warnings.append(f"the {len(eval_labels)} verification images hold no image of class"
@@ -386,7 +386,7 @@ def _export_verified(graph, plan):
             print(f"opening the {len(files)} verification files as {apps} does ...", flush=True)
             app_files = check_app_files(graph, results, files, eval_images, web=plan.web_check, mediapipe=plan.mediapipe)
         for row in results:  # keyed by the names the files carry (a fresh user could not tell that "0" meant "one")
-            if label_names is not None and row.get("per_class_agreement"):
+            if label_names is not None and graph.classes > 1 and row.get("per_class_agreement"):  # binary: 0 and 1
                 row["per_class_agreement"] = {str(label_names[int(c)]): v for c, v in row["per_class_agreement"].items()}
         calibration_warnings, diagnosis = check_calibrated_files(
             results, artifacts, make, graph, calibration[:DEFAULT_CALIBRATION_STEPS], plan.calibration_data, eval_images)
